@@ -1,0 +1,112 @@
+"""The public shape of results: cases, samples, metrics, and the run record.
+
+samples.parquet is tidy: one row per sample. Its core columns (CORE_COLUMNS)
+are a public format that users and CI scripts read; parameters follow as one
+column each (working_set_bytes, threads, page_bytes, pattern, kernel, ...).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+CORE_COLUMNS = [
+    "run_id", "case_id", "benchmark", "initiator", "target", "tier_kind",
+    "metric", "value", "unit", "better", "repetition",
+]
+
+# Case statuses as recorded in run.json.
+OK, SKIPPED, FAILED = "ok", "skipped", "failed"
+# Run statuses.
+RUNNING, COMPLETE, PARTIAL, RUN_FAILED = "running", "complete", "partial", "failed"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    better: str    # "lower" or "higher": comparisons and colours read it from here
+
+    def __post_init__(self):
+        if self.better not in ("lower", "higher"):
+            raise ValueError(f"metric {self.name}: better must be lower/higher")
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in [
+    Metric("latency_ns", "ns", "lower"),
+    Metric("bandwidth_GBps", "GB/s", "higher"),     # 10^9 bytes per second
+    Metric("iops", "IO/s", "higher"),
+    Metric("tokens_per_s", "tokens/s", "higher"),
+    Metric("step_time_s", "s", "lower"),
+    Metric("seconds", "s", "lower"),
+    Metric("params_per_s", "params/s", "higher"),
+    Metric("tflops", "TFLOP/s", "higher"),
+    Metric("mfu", "fraction", "higher"),
+    Metric("cycles", "cycles", "lower"),
+    Metric("loss", "nats", "lower"),
+]}
+
+
+def metric(name: str) -> Metric:
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise KeyError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}") from None
+
+
+@dataclass
+class Case:
+    """One measurement: an initiator accesses a target tier with a pattern and parameters."""
+    benchmark: str
+    initiator: str             # cpu:node0, gpu:0
+    target: str                # ddr0, cxl2, hbm0, nvme0
+    tier_kind: str             # ddr / cxl / hbm / nvme
+    params: dict[str, Any] = field(default_factory=dict)
+    repetitions: int = 5
+    warmup: int = 1
+
+    @property
+    def case_id(self) -> str:
+        """Stable and readable: the same case on another machine or day has the same id."""
+        parts = ",".join(f"{k}={self.params[k]}" for k in sorted(self.params))
+        return f"{self.benchmark}/{self.initiator}/{self.target}/{parts}"
+
+
+@dataclass
+class Sample:
+    """One repetition's value of one metric. `params` holds what was found at run time
+    (page_bytes actually obtained, huge_coverage, ...), which overrides the case's asked-for
+    parameters of the same name in the stored row."""
+    metric: str
+    value: float
+    repetition: int
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    status: str                # ok / skipped / failed
+    reason: str = ""
+    samples: list[Sample] = field(default_factory=list)
+    seconds: float = 0.0       # wall time the case took
+    info: dict[str, Any] = field(default_factory=dict)   # placement verification, warnings
+
+
+def sample_rows(run_id: str, result: CaseResult) -> list[dict[str, Any]]:
+    """Flatten a case's samples into tidy rows (one per sample)."""
+    case = result.case
+    rows = []
+    for s in result.samples:
+        m = metric(s.metric)
+        row = {
+            "run_id": run_id, "case_id": case.case_id, "benchmark": case.benchmark,
+            "initiator": case.initiator, "target": case.target, "tier_kind": case.tier_kind,
+            "metric": m.name, "value": float(s.value), "unit": m.unit, "better": m.better,
+            "repetition": s.repetition,
+        }
+        row.update(case.params)
+        row.update(s.params)
+        rows.append(row)
+    return rows

@@ -1,0 +1,1 @@
+"""Recorded shape of machines, read from sysfs/procfs under a configurable root."""
