@@ -30,3 +30,6 @@ test: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info cxlbench/*.so
+
+# The QEMU test bed (a real NUMA + CXL guest): `make testbed`, `make test-testbed`.
+-include testbed/testbed.mk
