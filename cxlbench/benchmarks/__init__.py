@@ -12,7 +12,13 @@ FAMILIES = {
 
 
 def family(name: str) -> ModuleType:
-    try:
+    """A family by its short name, or any importable module by dotted path (a plugin)."""
+    if name in FAMILIES:
         return importlib.import_module(FAMILIES[name])
-    except KeyError:
-        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(sorted(FAMILIES))}") from None
+    if "." in name:
+        return importlib.import_module(name)
+    raise UnknownBenchmark(f"unknown benchmark {name!r}; known: {', '.join(sorted(FAMILIES))}")
+
+
+class UnknownBenchmark(LookupError):
+    pass

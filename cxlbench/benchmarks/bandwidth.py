@@ -1,0 +1,94 @@
+"""Sequential bandwidth: STREAM-style kernels × threads on every host tier.
+
+Bytes are counted as STREAM counts them: what each kernel reads plus what it
+writes, without the write-allocate read a regular store causes (so a regular
+`write` that really moves 2× its bytes over the bus reports the 1× it was
+asked to do; the non-temporal variants have no such hidden traffic).
+Each repetition allocates fresh arrays on the target node; inside it the
+kernel runs `iterations` timed times and every iteration is kept.
+"""
+from __future__ import annotations
+
+from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, host_pairs, sweep
+from cxlbench.benchmarks.sizes import PAGE_BYTES, stream_array_bytes
+from cxlbench.results.schema import Case, Sample
+from cxlbench.units import parse_size
+
+NAME = "bandwidth"
+# arrays each kernel touches, and how many array-lengths of bytes it moves
+KERNELS = {"read": (1, 1), "write": (1, 1), "copy": (2, 2), "scale": (2, 2), "add": (3, 3), "triad": (3, 3)}
+
+
+def thread_counts(spec_value, ncpus: int) -> list[int]:
+    if spec_value in (None, "auto"):
+        counts = [n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n < ncpus] + [ncpus]
+        return sorted(set(counts))
+    return [n for n in as_list(spec_value) if n <= ncpus]
+
+
+def plan(spec: dict, env: Env) -> list[Planned]:
+    array = spec.get("array_bytes", "auto")
+    array_bytes = stream_array_bytes(env.machine) if array == "auto" else parse_size(array)
+    planned = []
+    for initiator, tier in host_pairs(spec, env):
+        threads = thread_counts(spec.get("threads", "auto"), len(initiator.cpus))
+        for p in sweep(spec, page=spec.get("page", ["4k"]), kernel=spec.get("kernel", list(KERNELS)),
+                       nt=spec.get("nt", [False]), threads=threads):
+            if p["nt"] and p["kernel"] == "read":
+                continue                      # a read kernel has no stores to make non-temporal
+            params = {**p, "array_bytes": array_bytes, "iterations": spec.get("iterations", 10)}
+            case = Case(NAME, initiator.name, tier.name, tier.kind, params,
+                        spec["repetitions"], spec["warmup"])
+            planned.append(Planned(case, _cannot(params, tier, env), _estimate(params, spec)))
+    return planned
+
+
+def _cannot(params: dict, tier, env: Env) -> str | None:
+    if params["kernel"] not in KERNELS:
+        return f"unknown kernel {params['kernel']!r} (use {', '.join(KERNELS)})"
+    if params["page"] not in ("4k", "thp"):
+        return f"page policy {params['page']!r} is not offered for bandwidth (use 4k or thp)"
+    node = env.machine.nodes.get(tier.node)
+    need = KERNELS[params["kernel"]][0] * params["array_bytes"]
+    if node is not None and need > node.mem_free_bytes * 0.8:
+        return f"needs {need >> 20} MiB, more than 80% of node {tier.node}'s free memory"
+    return None
+
+
+def _estimate(params: dict, spec: dict) -> float:
+    """Seconds, assuming ~5 GB/s per thread and ~1 GB/s to fault memory in."""
+    arrays, moved = KERNELS[params["kernel"]]
+    fault = arrays * params["array_bytes"] / 1e9
+    timed = (params["iterations"] + spec["warmup"]) * moved * params["array_bytes"] / (5e9 * params["threads"])
+    return 0.3 + spec["repetitions"] * (fault + timed)
+
+
+def measure(case: Case, env: Env, info: dict) -> list[Sample]:
+    from cxlbench import _native
+    from cxlbench.memory import PlacementError, allocate
+
+    p = case.params
+    tier = env.tier(case.target)
+    cpus = env.initiator(case.initiator).cpus[:p["threads"]]
+    arrays, moved = KERNELS[p["kernel"]]
+    samples = []
+    for rep in range(case.repetitions):
+        try:
+            bufs = [allocate(p["array_bytes"], tier.node, page=p["page"]) for _ in range(arrays)]
+        except PlacementError as e:
+            raise Skip(str(e)) from None
+        try:
+            a, b, c = (bufs + [bufs[0]] * 3)[:3]
+            if case.warmup:
+                _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"], cpus, p["nt"], case.warmup)
+            times = _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"], cpus,
+                                   p["nt"], p["iterations"])
+            found = {"page_bytes": min(x.page_bytes_found for x in bufs),
+                     "huge_coverage": min(x.huge_coverage for x in bufs)}
+        finally:
+            for x in bufs:
+                x.close()
+        samples += [Sample("bandwidth_GBps", moved * p["array_bytes"] / t / 1e9, rep,
+                           {**found, "iteration": i}) for i, t in enumerate(times)]
+    info["cpus"] = cpus
+    return samples

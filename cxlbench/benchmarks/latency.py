@@ -1,0 +1,104 @@
+"""Pointer-chase latency: ns per dependent load, working set × page size × pattern.
+
+Each repetition is an independent trial: a fresh buffer on the target node
+(new physical pages) and a fresh random cycle (new seed). Run-to-run spread in
+memory latency comes mostly from where the pages land, so trials inside one
+process that reused one buffer would understate it.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, host_pairs, sweep
+from cxlbench.benchmarks.sizes import PAGE_BYTES, resolve_sizes
+from cxlbench.results.schema import Case, Sample
+from cxlbench.units import parse_size
+
+NAME = "latency"
+LINE = 64
+WINDOW_PAGES = 64          # multichase's window: TLB reach stays small, caches still miss
+
+
+def plan(spec: dict, env: Env) -> list[Planned]:
+    lo = parse_size(spec.get("min_working_set", "16KiB"))
+    hi = parse_size(spec.get("max_working_set", "1GiB"))
+    sizes = resolve_sizes(spec.get("working_set", "auto"), env.machine, lo, hi)
+    planned = []
+    for initiator, tier in host_pairs(spec, env):
+        for p in sweep(spec, page=spec.get("page", ["4k"]), pattern=spec.get("pattern", ["random"]),
+                       chains=spec.get("chains", [1]), working_set_bytes=sizes):
+            params = {**p, "line_bytes": LINE}
+            if p["pattern"] == "window":
+                params["window_bytes"] = WINDOW_PAGES * PAGE_BYTES.get(p["page"], 4096)
+            case = Case(NAME, initiator.name, tier.name, tier.kind, params,
+                        spec["repetitions"], spec["warmup"])
+            planned.append(Planned(case, _cannot(params, tier, env), _estimate(params, spec)))
+    return planned
+
+
+def _cannot(params: dict, tier, env: Env) -> str | None:
+    """Why a case cannot run here, decided before spending time on it."""
+    page = params["page"]
+    if page not in PAGE_BYTES:
+        return f"unknown page policy {page!r} (use {', '.join(PAGE_BYTES)})"
+    node = env.machine.nodes.get(tier.node)
+    need = params["working_set_bytes"]
+    if node is not None and need > node.mem_free_bytes * 0.8:
+        return f"working set {need >> 20} MiB exceeds 80% of node {tier.node}'s free memory"
+    if page.startswith("hugetlb"):
+        pool = node.hugepages.get(PAGE_BYTES[page]) if node else None
+        pages = -(-need // PAGE_BYTES[page])
+        if pool is None or pool.free < pages:
+            have = pool.free if pool else 0
+            return (f"needs {pages} free {page} pages on node {tier.node}, {have} reserved "
+                    f"(reserve them in /sys/devices/system/node/node{tier.node}/hugepages)")
+    return None
+
+
+def _estimate(params: dict, spec: dict) -> float:
+    """Seconds: timed samples plus building the chain (~0.2 µs per line here)."""
+    lines = params["working_set_bytes"] // LINE
+    per_trial = (spec["warmup"] + 1) * spec["min_sample_s"] + lines * 2e-7
+    return 0.3 + spec["repetitions"] * per_trial
+
+
+def measure(case: Case, env: Env, info: dict) -> list[Sample]:
+    from cxlbench import _native
+    from cxlbench.memory import PlacementError, allocate
+
+    initiator = env.initiator(case.initiator)
+    tier = env.tier(case.target)
+    os.sched_setaffinity(0, initiator.cpus[:1])
+    p = case.params
+    min_s = env.suite.get("min_sample_s", 0.2)
+    samples = []
+    for rep in range(case.repetitions):
+        try:
+            buf = allocate(p["working_set_bytes"], tier.node, page=p["page"])
+        except PlacementError as e:
+            raise Skip(str(e)) from None
+        with buf:
+            heads = _native.chase_init(buf.addr, buf.length, LINE, p.get("window_bytes", 0),
+                                       p["chains"], rep + 1)
+            steps = _calibrate(heads, min_s, warmup=case.warmup)
+            elapsed_ns = _native.chase_run(heads, steps)
+            found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,
+                     "steps": steps}
+        samples.append(Sample("latency_ns", elapsed_ns / steps, rep, found))
+    info["cpu"] = initiator.cpus[0]
+    return samples
+
+
+def _calibrate(heads: list[int], min_s: float, warmup: int) -> int:
+    """Steps that make one timed run last min_s; the calibration runs double as warm-up."""
+    from cxlbench import _native
+    steps = 4096
+    while True:
+        elapsed = _native.chase_run(heads, steps) / 1e9
+        if elapsed >= min_s / 8:
+            break
+        steps *= 4
+    for _ in range(warmup):
+        _native.chase_run(heads, steps)
+    return max(steps, int(steps * min_s / elapsed))

@@ -1,0 +1,106 @@
+"""The runner: a worker's crash is one failed case, the run goes on; an interrupted run
+loads as partial; bad input is one line and a non-zero exit."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cxlbench.results.store import find_runs, load_run
+from cxlbench.runner.run import RunConfig, run
+
+TESTS = Path(__file__).parent
+
+
+def suite_file(tmp_path, modes, **extra):
+    lines = [f'{k} = {json.dumps(v)}' for k, v in extra.items()]
+    lines += ["[[benchmark]]", 'name = "fakes.family"', f"modes = {json.dumps(modes)}"]
+    path = tmp_path / "s.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def statuses(outcome):
+    return [(r.case.params["mode"], r.status) for r in outcome.results]
+
+
+def test_crashes_errors_and_skips_cost_one_case_each(tmp_path):
+    modes = ["ok", "crash", "segfault", "raise", "skip", "ok"]
+    outcome = run(RunConfig(suite_file(tmp_path, modes, repetitions=3), out=str(tmp_path / "r")))
+    assert statuses(outcome) == [("ok", "ok"), ("crash", "failed"), ("segfault", "failed"),
+                                 ("raise", "failed"), ("skip", "skipped"), ("ok", "ok")]
+    reasons = {r.case.params["mode"]: r.reason for r in outcome.results}
+    assert "SIGKILL" in reasons["crash"] and "out of memory" in reasons["crash"]
+    assert "SIGSEGV" in reasons["segfault"]
+    assert "RuntimeError: the kernel refused" in reasons["raise"]
+    assert reasons["skip"] == "needs a CXL node"
+    stored = load_run(outcome.path)
+    assert stored.status == "complete"
+    assert len(stored.samples) == 6                 # two ok cases × 3 repetitions
+    assert list(stored.cases().status) == [s for _, s in statuses(outcome)]
+
+
+def test_hung_case_times_out_and_run_continues(tmp_path):
+    outcome = run(RunConfig(suite_file(tmp_path, ["hang", "ok"], case_timeout_s=2),
+                            out=str(tmp_path / "r")))
+    assert statuses(outcome) == [("hang", "failed"), ("ok", "ok")]
+    assert "timed out" in outcome.results[0].reason
+
+
+def test_time_budget_skips_what_does_not_fit(tmp_path):
+    outcome = run(RunConfig(suite_file(tmp_path, ["ok", "ok"]), out=str(tmp_path / "r"),
+                            time_budget_s=0.05))
+    assert [r.status for r in outcome.results] == ["skipped", "skipped"]
+    assert "time budget" in outcome.results[0].reason
+
+
+def _cli(*args, **kw):
+    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen([sys.executable, "-m", "cxlbench.cli.main", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _wait_for_cases(out, n, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = list(Path(out).glob("*/*/run.json"))
+        if runs and len(json.loads(runs[0].read_text())["cases"]) >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the run never recorded its first case")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_run_keeps_what_finished_and_loads_as_partial(tmp_path, sig):
+    out = tmp_path / "r"
+    proc = _cli("run", "--suite", suite_file(tmp_path, ["ok", "hang", "ok"], repetitions=3),
+                "--out", str(out))
+    _wait_for_cases(out, 1)
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    [path] = find_runs(out)
+    stored = load_run(path)
+    assert stored.status == "partial"
+    assert len(stored.samples) == 3 and set(stored.samples.case_id) == {stored.cases().case_id[0]}
+    if sig == signal.SIGINT:
+        assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--suite", "no-such-suite"], "unknown suite 'no-such-suite'"),
+    (["run", "--tier", "tape=node:0"], "tape"),
+    (["run", "--tier", "cxl=node:99"], "99"),
+    (["run", "--out", "/etc/hostname"], "not a results directory"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    proc = _cli(*args)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and message in err

@@ -1,0 +1,92 @@
+"""The run store: incremental, atomic, loadable when partial, strict about foreign files."""
+import json
+
+import pandas as pd
+import pytest
+
+import cxlbench
+from cxlbench.results.schema import CORE_COLUMNS, Case, CaseResult, Sample
+from cxlbench.results.store import ResultsError, RunWriter, find_runs, load, load_run
+
+
+def result(ws, values, status="ok", reason=""):
+    case = Case("latency", "cpu:node0", "ddr0", "ddr", {"working_set_bytes": ws, "page": "4k"})
+    samples = [Sample("latency_ns", v, i, {"page_bytes": 4096}) for i, v in enumerate(values)]
+    return CaseResult(case, status, reason, samples if status == "ok" else [])
+
+
+def write_run(tmp_path, finish=True, label=None):
+    w = RunWriter(tmp_path, "host<1>", {"label": label})
+    w.add(result(1 << 20, [10.0, 11.0, 12.0]))
+    w.add(result(1 << 30, [], status="skipped", reason="no hugetlb pages"))
+    w.add(result(1 << 21, [20.0, 21.0]))
+    if finish:
+        w.finish()
+    return w
+
+
+def test_complete_run_is_tidy_one_row_per_sample(tmp_path):
+    w = write_run(tmp_path)
+    run = load_run(w.path)
+    assert run.status == "complete"
+    assert list(run.samples.columns[:len(CORE_COLUMNS)]) == CORE_COLUMNS
+    assert len(run.samples) == 5
+    assert set(run.samples.working_set_bytes) == {1 << 20, 1 << 21}
+    assert (run.samples.unit == "ns").all() and (run.samples.better == "lower").all()
+    assert not (w.path / "parts").exists()
+
+
+def test_machine_folder_name_is_safe_and_run_is_found_from_any_level(tmp_path):
+    w = write_run(tmp_path)
+    assert w.path.parent.name == "host_1"
+    assert find_runs(tmp_path) == [w.path]
+    assert find_runs(w.path.parent) == [w.path]
+    assert len(cxlbench.load(tmp_path)) == 5
+
+
+def test_skipped_cases_are_recorded_with_reason(tmp_path):
+    cases = load_run(write_run(tmp_path).path).cases()
+    skipped = cases[cases.status == "skipped"]
+    assert list(skipped.reason) == ["no hugetlb pages"]
+    assert len(cases) == 3
+
+
+def test_unfinished_run_loads_from_parts_as_partial(tmp_path):
+    w = write_run(tmp_path, finish=False)
+    meta = json.loads((w.path / "run.json").read_text())
+    meta["pid"] = 2 ** 22 + 12345                 # a writer that no longer exists
+    (w.path / "run.json").write_text(json.dumps(meta))
+    run = load_run(w.path)
+    assert run.status == "partial" and run.meta["interrupted"]
+    assert len(run.samples) == 5
+
+
+def test_no_temporary_files_left(tmp_path):
+    w = write_run(tmp_path)
+    assert not [p for p in w.path.rglob(".*")]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: (p / "samples.parquet").write_bytes(b"PAR1 garbage"), "not a readable samples file"),
+    (lambda p: pd.DataFrame({"x": [1]}).to_parquet(p / "samples.parquet"), "missing columns"),
+    (lambda p: (p / "run.json").write_text("{not json"), "damaged"),
+    (lambda p: (p / "run.json").write_text('{"hello": 1}'), "not a cxlbench run record"),
+])
+def test_damaged_or_foreign_files_give_one_clear_error(tmp_path, damage, message):
+    w = write_run(tmp_path)
+    damage(w.path)
+    with pytest.raises(ResultsError, match=message):
+        load_run(w.path)
+
+
+def test_paths_that_are_not_runs(tmp_path):
+    with pytest.raises(ResultsError, match="does not exist"):
+        load(tmp_path / "nope")
+    with pytest.raises(ResultsError, match="no cxlbench runs"):
+        load(tmp_path)
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    with pytest.raises(ResultsError, match="neither"):
+        load(f)
+    with pytest.raises(ResultsError, match="not a directory"):
+        RunWriter(f, "m", {})
