@@ -89,6 +89,9 @@ class CxlRegion:
     targets: list[str]         # decoders/endpoints
     memdevs: list[str]         # mem0, ...
     numa_node: int | None      # the node this region's memory came online as
+    # DAX devices carved from the region -> bound driver: "kmem" (onlined as
+    # system RAM, i.e. a NUMA node), "device_dax" (/dev/daxZ.Y only), None.
+    dax_devices: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -111,7 +114,9 @@ class Gpu:
     pcie_width: int | None = None
     numa_node: int | None = None
     driver: str | None = None
-    source: str = "nvml"       # nvml / torch
+    source: str = "nvml"       # nvml / torch / sysfs (PCI only: name and memory unknown)
+    pci_bus_id: str | None = None      # 0000:17:00.0
+    memory_free_bytes: int | None = None
 
 
 @dataclass
@@ -138,6 +143,8 @@ class Environment:
     hypervisor: str | None         # "KVM", ... None on bare metal
     dmi_product: str | None
     kernel: str
+    dmi_vendor: str | None = None
+    hypervisor_flag: bool = False  # cpuinfo's "hypervisor" flag, even when the vendor is unknown
 
 
 @dataclass
@@ -153,6 +160,7 @@ class Machine:
     gpus: list[Gpu] = field(default_factory=list)
     block_devices: list[BlockDevice] = field(default_factory=list)
     root: str = "/"                # where sysfs/procfs were read from
+    hugepages: dict[int, HugePool] = field(default_factory=dict)   # system-wide pools by page size
 
     def llc_bytes(self) -> int:
         """The largest cache on the machine (per instance), 0 if none is exposed."""
@@ -185,3 +193,12 @@ class Initiator:
     node: int | None = None
     cpus: list[int] = field(default_factory=list)
     gpu: int | None = None
+
+
+@dataclass
+class TierDeclaration:
+    """A user's `--tier KIND=SPEC`, parsed: a node for host tiers, a directory for nvme."""
+    text: str                  # as the user wrote it, recorded on the tier
+    kind: str                  # ddr / cxl / nvme
+    node: int | None = None
+    path: str | None = None

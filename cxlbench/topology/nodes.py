@@ -1,0 +1,58 @@
+"""NUMA nodes and the kernel's memory tiers."""
+from __future__ import annotations
+
+from .hmat import read_hmat
+from .hugepages import node_pools
+from .model import Node
+from .sysfs import meminfo_bytes, numbered, parse_cpulist, read_text
+
+NODE_DIR = "/sys/devices/system/node"
+TIER_DIR = "/sys/devices/virtual/memory_tiering"
+
+
+def node_ids(root: str) -> list[int]:
+    """Online nodes; the node directories when `online` is absent (old kernels, fixtures)."""
+    online = read_text(root, f"{NODE_DIR}/online")
+    return parse_cpulist(online) if online else numbered(root, NODE_DIR, "node")
+
+
+def read_distances(root: str, node: int, ids: list[int]) -> dict[int, int]:
+    """The SLIT row of `node`: the kernel lists one distance per online node, in node order."""
+    values = (read_text(root, f"{NODE_DIR}/node{node}/distance") or "").split()
+    return {other: int(v) for other, v in zip(ids, values)}
+
+
+def read_memory_tiers(root: str = "/") -> dict[int, list[int]]:
+    """memory_tierN -> its nodes. Lower N is faster memory (DRAM is tier 4 by default)."""
+    return {tier: parse_cpulist(read_text(root, f"{TIER_DIR}/memory_tier{tier}/nodelist"))
+            for tier in numbered(root, TIER_DIR, "memory_tier")}
+
+
+def tier_of(node: int, tiers: dict[int, list[int]]) -> int | None:
+    return next((tier for tier, nodes in tiers.items() if node in nodes), None)
+
+
+def read_node(root: str, node: int, ids: list[int], tiers: dict[int, list[int]]) -> Node:
+    d = f"{NODE_DIR}/node{node}"
+    meminfo = read_text(root, f"{d}/meminfo")
+    return Node(
+        id=node,
+        cpus=parse_cpulist(read_text(root, f"{d}/cpulist")),
+        mem_total_bytes=meminfo_bytes(meminfo, "MemTotal") or 0,
+        mem_free_bytes=meminfo_bytes(meminfo, "MemFree") or 0,
+        distances=read_distances(root, node, ids),
+        hugepages=node_pools(root, node),
+        hmat=read_hmat(root, node),
+        memory_tier=tier_of(node, tiers),
+    )
+
+
+def read_nodes(root: str = "/") -> dict[int, Node]:
+    """Every online NUMA node with its CPUs, memory, distances, huge pages, HMAT and tier.
+
+    A kernel without NUMA still exposes node0; if even that is missing (a
+    stripped container), the caller gets an empty dict and decides.
+    """
+    ids = node_ids(root)
+    tiers = read_memory_tiers(root)
+    return {n: read_node(root, n, ids, tiers) for n in ids}

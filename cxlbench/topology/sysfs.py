@@ -1,0 +1,124 @@
+"""Small, forgiving readers for sysfs/procfs files under a root directory.
+
+Every reader in this package goes through these so that tests can point the
+whole topology layer at a fixture tree. Missing or unreadable files answer
+None (or an empty list): a kernel that lacks a feature is a fact to record,
+not an error.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+
+def under(root: str, path: str) -> str:
+    """`path` (absolute, as on a live system) relocated under `root`."""
+    return os.path.join(root, path.lstrip("/"))
+
+
+def read_text(root: str, path: str) -> str | None:
+    """The stripped contents of a file, None if it is absent or unreadable."""
+    try:
+        with open(under(root, path), encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def read_int(root: str, path: str) -> int | None:
+    """A file holding one integer (decimal or 0x-prefixed hex)."""
+    text = read_text(root, path)
+    if text is None:
+        return None
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+def list_dir(root: str, path: str) -> list[str]:
+    """Entry names of a directory, empty if it does not exist."""
+    try:
+        return sorted(os.listdir(under(root, path)))
+    except OSError:
+        return []
+
+
+def numbered(root: str, path: str, prefix: str) -> list[int]:
+    """The N of every entry `prefixN` in a directory, ascending (node0, mc1, ...)."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)$")
+    found = (pattern.match(name) for name in list_dir(root, path))
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def exists(root: str, path: str) -> bool:
+    return os.path.exists(under(root, path))
+
+
+def link_name(root: str, path: str) -> str | None:
+    """Basename of the target of a symlink (sysfs links name devices), None if not a link."""
+    try:
+        return os.path.basename(os.readlink(under(root, path)))
+    except OSError:
+        return None
+
+
+def resolve(root: str, path: str) -> str:
+    """The real path of a sysfs entry; sysfs links are relative, so this stays under root."""
+    return os.path.realpath(under(root, path))
+
+
+def parse_cpulist(text: str | None) -> list[int]:
+    """Kernel list format "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]."""
+    cpus: list[int] = []
+    for part in (text or "").replace("\n", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.extend(range(int(lo), int(hi) + 1))
+        else:
+            cpus.append(int(part))
+    return cpus
+
+
+def format_cpulist(cpus: list[int]) -> str:
+    """The inverse of parse_cpulist, for display: [0, 1, 2, 5] -> "0-2,5"."""
+    ranges: list[str] = []
+    ordered = sorted(set(cpus))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        ranges.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(ranges)
+
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str | None) -> int | None:
+    """Cache-style sizes "32K", "1024K", "36M" (binary units, as sysfs means them)."""
+    if not text:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
+    if not m:
+        return None
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+
+
+def selected(text: str | None) -> str | None:
+    """The bracketed choice of a sysfs selector: "always [madvise] never" -> "madvise"."""
+    if not text:
+        return None
+    m = re.search(r"\[([^\]]+)\]", text)
+    return m.group(1) if m else text.strip()
+
+
+def meminfo_bytes(text: str | None, key: str) -> int | None:
+    """A "<key>: N kB" line of /proc/meminfo or a node's meminfo ("Node 0 MemFree: ...")."""
+    m = re.search(rf"\b{re.escape(key)}:\s*(\d+)\s*kB", text or "")
+    return int(m.group(1)) * 1024 if m else None
