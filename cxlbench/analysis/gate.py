@@ -1,0 +1,343 @@
+"""The regression gate: exit 0 (nothing regressed), 1 (something did), 2 (inputs unusable).
+
+A case regresses only when the confidence interval of its ratio current/baseline
+lies wholly beyond its threshold in the bad direction (see stats.judge). The
+inputs are unusable when a run can't be read, the machines' identities differ
+(the gate compares one machine with itself over time; `compare` is for across
+machines), or baseline cases are missing from the current run (unless allowed).
+With a `confirm` callable the gate re-runs only the flagged cases and fails only
+if they regress again.
+"""
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt_change, fmt_ci_change,
+                                       fmt_num, fmt_pct)
+from cxlbench.analysis.stats import CONFIDENCE, FASTER, INCONCLUSIVE, SAME, SLOWER
+from cxlbench.analysis.thresholds import ThresholdError, Thresholds, load_thresholds
+from cxlbench.results.store import ResultsError, Run
+
+PASS, FAIL, ERROR = "pass", "fail", "error"
+EXIT = {PASS: 0, FAIL: 1, ERROR: 2}
+
+Rerun = Callable[[list[str]], Run | str | Path]
+
+
+@dataclass
+class GateResult:
+    status: str                                   # pass / fail / error
+    errors: list[str] = field(default_factory=list)      # why the inputs are unusable
+    warnings: list[str] = field(default_factory=list)
+    comparison: Comparison | None = None
+    thresholds: Thresholds | None = None
+    missing: pd.DataFrame | None = None            # baseline points not in the current run
+    new: pd.DataFrame | None = None                # current points not in the baseline
+    confirm: dict[str, Any] | None = None          # what --confirm did
+    confidence: float = CONFIDENCE
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.status]
+
+    @property
+    def rows(self) -> pd.DataFrame:
+        if self.comparison is None:
+            return pd.DataFrame(columns=["key", "verdict"])
+        return self.comparison.rows
+
+    @property
+    def regressions(self) -> pd.DataFrame:
+        """Cases that fail the gate (after confirmation, when it ran)."""
+        rows = self.rows
+        flagged = rows[rows["verdict"] == SLOWER]
+        if self.confirm and self.confirm.get("ran"):
+            flagged = flagged[flagged["key"].isin(self.confirm["confirmed"])]
+        return flagged
+
+    def counts(self) -> dict[str, int]:
+        return {v: int((self.rows["verdict"] == v).sum()) for v in (SLOWER, INCONCLUSIVE, SAME, FASTER)}
+
+    def summary(self) -> str:
+        """One line for a terminal or a CI log."""
+        if self.status == ERROR:
+            return "cxlbench gate: inputs unusable — " + "; ".join(self.errors)
+        c = self.counts()
+        head = "cxlbench gate: REGRESSION" if self.status == FAIL else "cxlbench gate: pass"
+        text = (f"{head} — {len(self.regressions)} slower, {c[INCONCLUSIVE]} inconclusive, "
+                f"{c[SAME]} same, {c[FASTER]} faster")
+        if self.confirm and self.confirm.get("ran"):
+            text += (f" (re-ran {len(self.confirm['case_ids'])} flagged cases: "
+                     f"{len(self.confirm['confirmed'])} confirmed)")
+        return text
+
+    # -------------------------------------------------------------- outputs
+
+    def to_dict(self) -> dict[str, Any]:
+        cmp = self.comparison
+        def clean(v):
+            if isinstance(v, float) and not math.isfinite(v):
+                return None
+            if hasattr(v, "item"):
+                return clean(v.item())
+            return v
+        cases = []
+        if cmp is not None:
+            confirmed = set(self.confirm["confirmed"]) if self.confirm and self.confirm.get("ran") else None
+            for r in cmp.rows.to_dict("records"):
+                item = {k: clean(r[k]) for k in ("benchmark", "metric", "unit", "better", "label", "case_id",
+                                                 "point", "target", "base_median", "median", "ratio", "lo",
+                                                 "hi", "verdict", "mde", "threshold", "base_n", "n", "note")}
+                if confirmed is not None and r["verdict"] == SLOWER:
+                    item["confirmed"] = r["key"] in confirmed
+                cases.append(item)
+        return {
+            "tool": "cxlbench gate", "status": self.status, "exit_code": self.exit_code,
+            "summary": self.summary(), "errors": self.errors, "warnings": self.warnings,
+            "confidence": self.confidence,
+            "thresholds": None if self.thresholds is None else {
+                "default": self.thresholds.default, "benchmarks": self.thresholds.benchmarks,
+                "metrics": {f"{b}.{m}": v for (b, m), v in self.thresholds.metrics.items()},
+                "source": self.thresholds.source},
+            "baseline": cmp.runs[0].to_dict() if cmp else None,
+            "current": cmp.runs[1].to_dict() if cmp and len(cmp.runs) > 1 else None,
+            "differences": [{"field": d.field, "kind": d.kind, "values": d.values}
+                            for d in (cmp.differences if cmp else [])],
+            "counts": self.counts(),
+            "regressions": [c for c in cases if c["verdict"] == SLOWER and c.get("confirmed", True)],
+            "cases": cases,
+            "missing": [] if self.missing is None else self.missing.to_dict("records"),
+            "new": [] if self.new is None else self.new.to_dict("records"),
+            "confirm": self.confirm,
+        }
+
+    def to_json(self, indent: int = 1) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str, allow_nan=False)
+
+    def markdown(self, limit: int = 50) -> str:
+        """A summary for a CI job page."""
+        icon = {PASS: "✅", FAIL: "❌", ERROR: "⚠️"}[self.status]
+        title = {PASS: "no regression", FAIL: "regression", ERROR: "inputs unusable"}[self.status]
+        out = [f"## {icon} cxlbench gate: {title}", ""]
+        cmp = self.comparison
+        if cmp is not None:
+            for info in cmp.runs[:2]:
+                role = "Baseline" if info.index == 0 else "Current"
+                out.append(f"- **{role}**: `{_md_code(info.name)}` on {_md(info.hostname or '?')} "
+                           f"({_md(info.status)}, started {_md(info.started or '?')})")
+        if self.thresholds is not None:
+            out.append(f"- **Thresholds**: {_md(self.thresholds.describe())}; intervals at "
+                       f"{self.confidence:.0%} confidence over process repetitions")
+        out.append(f"- **Result**: {_md(self.summary())}")
+        out.append("")
+        if self.errors:
+            out.append("### Why the inputs are unusable")
+            out += [f"- {_md(e)}" for e in self.errors] + [""]
+        if self.warnings:
+            out.append("### Warnings")
+            out += [f"- {_md(w)}" for w in self.warnings] + [""]
+        if cmp is not None and cmp.context_differences:
+            out += ["### Settings that differ (they may move figures)", "",
+                    "| setting | baseline | current |", "|---|---|---|"]
+            out += [f"| {_md(d.field)} | {_md(_v(d.values[0]))} | {_md(_v(d.values[-1]))} |"
+                    for d in cmp.context_differences] + [""]
+        rows = self.rows
+        confirmed = set(self.confirm["confirmed"]) if self.confirm and self.confirm.get("ran") else None
+        sections = [(SLOWER, "Regressions"), (FASTER, "Improvements"), (INCONCLUSIVE, "Inconclusive")]
+        for verdict, heading in sections:
+            sel = rows[rows["verdict"] == verdict]
+            if sel.empty:
+                continue
+            if verdict == INCONCLUSIVE:
+                sel = sel.sort_values("mde", ascending=False)
+            out += [f"### {heading} ({len(sel)})", ""]
+            out.append("| benchmark | case | metric | baseline | current | change | "
+                       f"{self.confidence:.0%} CI | threshold | {'MDE' if verdict == INCONCLUSIVE else 'note'} |")
+            out.append("|---|---|---|--:|--:|--:|--:|--:|---|")
+            for _, r in sel.head(limit).iterrows():
+                note = fmt_pct(r["mde"]) if verdict == INCONCLUSIVE else (r["note"] or "")
+                if confirmed is not None and verdict == SLOWER:
+                    note = "confirmed on re-run" if r["key"] in confirmed else "not confirmed on re-run"
+                out.append(f"| {_md(r['benchmark'])} | {_md(r['label'])} | {_md(r['metric'])} "
+                           f"| {fmt_num(r['base_median'])} {_md(r['unit'])} | {fmt_num(r['median'])} {_md(r['unit'])} "
+                           f"| {fmt_change(r['ratio'])} | {fmt_ci_change(r['lo'], r['hi'])} "
+                           f"| {fmt_pct(r['threshold'])} | {_md(note)} |")
+            if len(sel) > limit:
+                out.append(f"\n… and {len(sel) - limit} more (see the JSON verdict)")
+            out.append("")
+        if self.missing is not None and not self.missing.empty:
+            out += [f"### Missing from the current run ({len(self.missing)})", ""]
+            out += [f"- `{_md_code(m['point'])}` ({_md(m['metric'])}): {_md(m.get('why', ''))}"
+                    for m in self.missing.head(limit).to_dict("records")] + [""]
+        if cmp is not None:
+            same = rows[rows["verdict"] == SAME]
+            if not same.empty:
+                out.append(f"{len(same)} cases are the same within their thresholds "
+                           f"(largest MDE {fmt_pct(same['mde'].max())}).")
+        return "\n".join(out).rstrip() + "\n"
+
+    def junit_xml(self) -> str:
+        """JUnit XML: one testcase per compared case; slower → failure,
+        missing → error, inconclusive → skipped (with its MDE)."""
+        suite = ET.Element("testsuite", name="cxlbench gate")
+        tests = failures = errors = skipped = 0
+        if self.errors:
+            tc = ET.SubElement(suite, "testcase", classname="cxlbench.gate", name="inputs")
+            ET.SubElement(tc, "error", message="inputs unusable").text = "\n".join(self.errors)
+            tests += 1
+            errors += 1
+        confirmed = set(self.confirm["confirmed"]) if self.confirm and self.confirm.get("ran") else None
+        for _, r in self.rows.iterrows():
+            tests += 1
+            tc = ET.SubElement(suite, "testcase", classname=f"cxlbench.{r['benchmark']}",
+                               name=f"{r['label']} [{r['metric']}]")
+            detail = (f"baseline {fmt_num(r['base_median'])} {r['unit']}, current {fmt_num(r['median'])} "
+                      f"{r['unit']}, change {fmt_change(r['ratio'])} {fmt_ci_change(r['lo'], r['hi'])}, "
+                      f"threshold {fmt_pct(r['threshold'])}")
+            if r["verdict"] == SLOWER and (confirmed is None or r["key"] in confirmed):
+                failures += 1
+                ET.SubElement(tc, "failure", message=f"slower: {fmt_change(r['ratio'])}").text = detail
+            elif r["verdict"] == INCONCLUSIVE:
+                skipped += 1
+                ET.SubElement(tc, "skipped", message=f"inconclusive: minimum detectable effect "
+                                                     f"{fmt_pct(r['mde'])}").text = detail
+            else:
+                ET.SubElement(tc, "system-out").text = f"{r['verdict']}: {detail}"
+        for m in ([] if self.missing is None else self.missing.to_dict("records")):
+            tests += 1
+            errors += 1
+            tc = ET.SubElement(suite, "testcase", classname=f"cxlbench.{m['benchmark']}",
+                               name=f"{m['point']} [{m['metric']}]")
+            ET.SubElement(tc, "error", message="missing from the current run").text = str(m.get("why", ""))
+        suite.set("tests", str(tests))
+        suite.set("failures", str(failures))
+        suite.set("errors", str(errors))
+        suite.set("skipped", str(skipped))
+        root = ET.Element("testsuites", name="cxlbench", tests=str(tests), failures=str(failures),
+                          errors=str(errors), skipped=str(skipped))
+        root.append(suite)
+        ET.indent(root)
+        return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _v(v: Any) -> str:
+    if v is None:
+        return "unknown"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v)) or "none"
+    return str(v)
+
+
+def _md(text: Any) -> str:
+    """Markdown-safe text: markup from a machine (hostnames, labels) shows as text."""
+    s = str(text)
+    for ch in "\\`*_[]<>|#":
+        s = s.replace(ch, "\\" + ch)
+    return s.replace("\n", " ")
+
+
+def _md_code(text: Any) -> str:
+    return str(text).replace("`", "'").replace("\n", " ")
+
+
+def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = None,
+         thresholds_file: str | Path | None = None, allow_missing: bool = False,
+         confirm: Rerun | None = None, ignore_identity: Sequence[str] = (),
+         confidence: float = CONFIDENCE) -> GateResult:
+    """Judge `current` against `baseline` (run directories or loaded Runs).
+
+    threshold: the default band, 0.05 or "5%" (None: the thresholds file's
+    `default`, else 5%); thresholds_file: per-benchmark TOML whose entries apply
+    over the default (see analysis.thresholds); allow_missing:
+    gate on the cases both runs have instead of refusing; confirm: `rerun(case_ids)
+    -> Run` that re-measures the flagged cases — the gate fails only on those that
+    are slower again; ignore_identity: identity fields allowed to differ (e.g.
+    "kernel" when a kernel upgrade is the change under test).
+    """
+    result = GateResult(ERROR, confidence=confidence)
+    try:
+        th = load_thresholds(thresholds_file, threshold)
+        result.thresholds = th
+    except ThresholdError as e:
+        result.errors.append(str(e))
+        return result
+    runs = []
+    for role, r in (("baseline", baseline), ("current", current)):
+        try:
+            runs.append(as_run(r))
+        except ResultsError as e:
+            result.errors.append(f"{role}: {e}")
+    if result.errors:
+        return result
+    base, cur = runs
+    cmp = compare([base, cur], thresholds=th, confidence=confidence)
+    result.comparison = cmp
+    for info in cmp.runs:
+        role = "baseline" if info.index == 0 else "current"
+        if info.status != "complete":
+            result.warnings.append(f"the {role} run is {info.status}")
+    ident = [d for d in cmp.identity_differences if d.field not in set(ignore_identity)]
+    if ident:
+        result.errors.append(
+            "the machines differ in identity — the gate compares one machine with itself; use "
+            "`cxlbench compare` across machines or allow the field explicitly: "
+            + "; ".join(str(d) for d in ident))
+    for d in cmp.context_differences:
+        result.warnings.append(f"setting differs: {d}")
+    um = cmp.unmatched
+    base_name = cmp.runs[0].name
+    missing = um[um["why"].str.startswith(f"in {base_name},")].copy() if not um.empty else um
+    if not missing.empty:
+        reasons = {c["case_id"]: f"{c['status']}: {c['reason']}" for c in cur.meta.get("cases", []) or []
+                   if c.get("status") not in (None, "ok")}
+        missing["why"] = [_missing_reason(p, reasons) for p in missing["point"]]
+    result.missing = missing
+    result.new = um[~um.index.isin(missing.index)] if not um.empty else um
+    if not missing.empty and not allow_missing:
+        shown = ", ".join(missing["point"].head(5))
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        result.errors.append(f"{len(missing)} baseline cases are missing from the current run "
+                             f"({shown}{more}); re-run them or pass allow_missing (--allow-missing) "
+                             f"to gate on the cases both runs have")
+    if cmp.rows.empty:
+        result.errors.append("the runs have no case in common: nothing to gate on")
+    if result.errors:
+        return result
+    flagged = cmp.rows[cmp.rows["verdict"] == SLOWER]
+    if not flagged.empty and confirm is not None:
+        result.confirm = _confirm(base, flagged, confirm, th, confidence)
+        if result.confirm.get("error"):
+            result.warnings.append(f"re-running the flagged cases failed ({result.confirm['error']}); "
+                                   f"the first verdicts stand")
+    result.status = FAIL if not result.regressions.empty else PASS
+    return result
+
+
+def _missing_reason(point: str, reasons: dict[str, str]) -> str:
+    case_id = point.split("|", 1)[0]
+    return reasons.get(case_id, "not in the current run")
+
+
+def _confirm(base: Run, flagged: pd.DataFrame, rerun: Rerun, th: Thresholds,
+             confidence: float) -> dict[str, Any]:
+    case_ids = sorted(set(flagged["case_id"]))
+    info: dict[str, Any] = {"ran": False, "case_ids": case_ids, "confirmed": list(flagged["key"]),
+                            "cleared": [], "error": None}
+    try:
+        again = as_run(rerun(case_ids))
+    except Exception as e:        # the runner's failure must not hide the first verdict
+        info["error"] = f"{type(e).__name__}: {e}"
+        return info
+    second = compare([base, again], thresholds=th, confidence=confidence).rows
+    slower_again = set(second.loc[second["verdict"] == SLOWER, "key"])
+    info.update(ran=True, rerun_path=str(again.path),
+                confirmed=[k for k in flagged["key"] if k in slower_again],
+                cleared=[k for k in flagged["key"] if k not in slower_again])
+    return info

@@ -1,0 +1,317 @@
+"""Statistics for runs and their comparison: pure functions over per-repetition values.
+
+Every function here takes the values of *process repetitions* (one number per
+repetition, inner iterations already reduced), never pooled inner iterations:
+repetitions of one process are not independent, and pooling them makes identical
+code look different (see docs/gating.md).
+
+- `median_ci`: distribution-free confidence interval of a median from order
+  statistics (binomial ranks), with the coverage actually achieved.
+- `ratio_ci`: ratio of medians current/baseline, with a confidence interval for
+  the ratio from a two-sample t interval on log values (the log-ratio method).
+- `judge`: the verdict (faster / slower / same / inconclusive) for a ratio and
+  its interval, the direction taken from the metric's `better`, and the minimum
+  detectable effect at the observed noise.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from functools import lru_cache
+from statistics import NormalDist
+
+import numpy as np
+
+#: Two-sided confidence of the ratio's interval. The gate's question is one-sided
+#: ("worse by more than the threshold?"), so each side errs at most 5%.
+CONFIDENCE = 0.90
+#: Power used for the minimum detectable effect.
+POWER = 0.80
+
+FASTER, SLOWER, SAME, INCONCLUSIVE = "faster", "slower", "same", "inconclusive"
+VERDICTS = (SLOWER, INCONCLUSIVE, SAME, FASTER)
+
+_Z = NormalDist()
+
+
+# ---------------------------------------------------------------- one sample
+
+def clean(values) -> np.ndarray:
+    """Finite values as a float array."""
+    x = np.asarray(values, dtype=float).ravel()
+    return x[np.isfinite(x)]
+
+
+def _median_sorted(x: np.ndarray) -> float:
+    n = x.size
+    return float(x[n // 2]) if n % 2 else float((x[n // 2 - 1] + x[n // 2]) / 2)
+
+
+def median(values) -> float:
+    x = clean(values)
+    return float(np.median(x)) if x.size else math.nan
+
+
+def robust_cv(values) -> float:
+    """Spread relative to the median: 1.4826·MAD/median (≈ the coefficient of
+    variation for normal noise, not dragged by one outlier)."""
+    x = clean(values)
+    if x.size < 2:
+        return math.nan
+    m = float(np.median(x))
+    if m == 0:
+        return math.nan
+    return float(1.4826 * np.median(np.abs(x - m)) / abs(m))
+
+
+@lru_cache(maxsize=4096)
+def order_stat_rank(n: int, confidence: float = 0.95) -> tuple[int, float]:
+    """The rank k (1-based) such that [x(k), x(n+1-k)] covers the median with at
+    least `confidence`, and the coverage achieved. When n is too small to reach
+    it (n ≤ 5 at 95%), k = 1 (min to max) and the coverage says how much it holds."""
+    if n < 1:
+        return 0, 0.0
+    alpha = (1.0 - confidence) / 2.0
+    if n > 1000:                       # normal approximation of the binomial
+        k = int(math.floor(n / 2 - _Z.inv_cdf(1 - alpha) * math.sqrt(n) / 2))
+        k = max(k, 1)
+        cover = 1 - 2 * _Z.cdf((k - 0.5 - n / 2) / (math.sqrt(n) / 2))
+        return k, cover
+    total = 2 ** n
+    cdf, best = Fraction(0), (1, 1 - 2 * Fraction(1, total))
+    for j in range(0, n // 2 + 1):     # P(Bin(n, 1/2) <= j)
+        cdf += Fraction(math.comb(n, j), total)
+        if cdf <= alpha:
+            best = (j + 1, 1 - 2 * cdf)   # k = j + 1 keeps P(X <= k-1) <= alpha
+        else:
+            break
+    k, cover = best
+    return k, float(cover)
+
+
+def median_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(lo, hi, coverage achieved) of the median, from order statistics."""
+    x = np.sort(clean(values))
+    n = x.size
+    if n == 0:
+        return math.nan, math.nan, 0.0
+    if n == 1:
+        return float(x[0]), float(x[0]), 0.0
+    k, cover = order_stat_rank(n, confidence)
+    return float(x[k - 1]), float(x[n - k]), cover
+
+
+# ---------------------------------------------------------------- Student t
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    front = math.exp(lbeta + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T ≤ t) for Student's t with df degrees of freedom (df may be fractional)."""
+    if math.isinf(df) or df > 1e7:
+        return _Z.cdf(t)
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+@lru_cache(maxsize=4096)
+def t_quantile(p: float, df: float) -> float:
+    """The t with P(T ≤ t) = p (bisection on t_cdf; cached)."""
+    if not 0 < p < 1:
+        raise ValueError("p must lie in (0, 1)")
+    if math.isinf(df) or df > 1e7:
+        return _Z.inv_cdf(p)
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12:
+            break
+    return (lo + hi) / 2
+
+
+# ---------------------------------------------------------------- two samples
+
+@dataclass(frozen=True)
+class Ratio:
+    """current/baseline: the ratio of medians and its confidence interval."""
+    ratio: float            # median(current) / median(baseline)
+    lo: float               # confidence interval of the ratio
+    hi: float
+    se_log: float           # standard error of log(ratio); nan when unknown
+    df: float               # degrees of freedom of the t interval
+    n_base: int
+    n_cur: int
+    confidence: float
+    note: str = ""          # why there is no interval, when there is none
+
+    @property
+    def has_ci(self) -> bool:
+        return math.isfinite(self.lo) and math.isfinite(self.hi)
+
+
+def ratio_ci(baseline, current, confidence: float = CONFIDENCE) -> Ratio:
+    """Ratio of medians current/baseline with a `confidence` interval.
+
+    The interval is the two-sample t interval of the difference of mean log
+    values (the log-ratio method): timings and bandwidths change by factors, so
+    a change is a shift of log values; with the standard error
+    sqrt(s_b²/n_b + s_c²/n_c) and n_b + n_c − 2 degrees of freedom when both
+    runs have as many repetitions (the t test is robust to unequal variances
+    then), Welch–Satterthwaite's otherwise. An outlier widens the interval
+    (the case becomes inconclusive) rather than moving it.
+    """
+    b, c = clean(baseline), clean(current)
+    nb, nc = b.size, c.size
+    nan = math.nan
+    if nb == 0 or nc == 0:
+        return Ratio(nan, nan, nan, nan, nan, nb, nc, confidence,
+                     note="no values in " + ("baseline" if nb == 0 else "current"))
+    mb, mc = _median_sorted(np.sort(b)), _median_sorted(np.sort(c))
+    if mb <= 0 or mc <= 0 or (b <= 0).any() or (c <= 0).any():
+        r = mc / mb if mb else nan
+        return Ratio(r, nan, nan, nan, nan, nb, nc, confidence, note="values not all positive")
+    r = mc / mb
+    if nb < 2 or nc < 2:
+        return Ratio(r, nan, nan, nan, nan, nb, nc, confidence,
+                     note="needs at least 2 repetitions in each run")
+    lb, lc = np.log(b), np.log(c)
+    vb, vc = float(lb.var(ddof=1)) / nb, float(lc.var(ddof=1)) / nc
+    se = math.sqrt(vb + vc)
+    if nb == nc or vb + vc == 0:
+        df = float(nb + nc - 2)
+    else:
+        df = (vb + vc) ** 2 / (vb ** 2 / (nb - 1) + vc ** 2 / (nc - 1))
+    d = float(lc.mean() - lb.mean())
+    half = t_quantile(1 - (1 - confidence) / 2, df) * se
+    return Ratio(r, math.exp(d - half), math.exp(d + half), se, df, nb, nc, confidence)
+
+
+@dataclass(frozen=True)
+class Change:
+    """The verdict on one metric of one case, baseline → current."""
+    ratio: float
+    lo: float
+    hi: float
+    verdict: str            # faster / slower / same / inconclusive
+    mde: float              # smallest relative change detected with POWER; inf if none
+    threshold: float
+    better: str
+    n_base: int
+    n_cur: int
+    note: str = ""
+
+    @property
+    def change(self) -> float:
+        """Relative change of the metric's value (+0.10 = the value grew 10%)."""
+        return self.ratio - 1.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                d[k] = None
+        return d
+
+
+def judge(ratio: Ratio, better: str, threshold: float) -> Change:
+    """faster / slower / same / inconclusive for one ratio and its interval.
+
+    With a metric where lower is better (ns), the case is *slower* when the whole
+    interval lies above 1 + threshold, *faster* when wholly below 1 − threshold;
+    where higher is better (GB/s) the other way round. It is *same* only when the
+    whole interval lies within [1 − threshold, 1 + threshold]; anything else is
+    *inconclusive*. `mde` is the smallest change that would be called slower or
+    faster with probability POWER at the observed noise: (1 + threshold)·
+    exp((t₁₋α/₂ + z_power)·se) − 1.
+    """
+    if better not in ("lower", "higher"):
+        raise ValueError(f"better must be lower/higher, not {better!r}")
+    up, down = 1.0 + threshold, 1.0 - threshold
+    args = dict(threshold=threshold, better=better, n_base=ratio.n_base, n_cur=ratio.n_cur)
+    if not ratio.has_ci:
+        return Change(ratio.ratio, ratio.lo, ratio.hi, INCONCLUSIVE, math.inf,
+                      note=ratio.note or "no interval", **args)
+    lo, hi = ratio.lo, ratio.hi
+    if lo > up:
+        verdict = SLOWER if better == "lower" else FASTER
+    elif hi < down:
+        verdict = FASTER if better == "lower" else SLOWER
+    elif lo >= down and hi <= up:
+        verdict = SAME
+    else:
+        verdict = INCONCLUSIVE
+    mde = minimum_detectable_effect(ratio.se_log, ratio.df, threshold, ratio.confidence)
+    return Change(ratio.ratio, lo, hi, verdict, mde, **args)
+
+
+def minimum_detectable_effect(se_log: float, df: float, threshold: float,
+                              confidence: float = CONFIDENCE, power: float = POWER) -> float:
+    """Smallest relative change the comparison catches with probability `power`."""
+    if not (math.isfinite(se_log) and math.isfinite(df)) or df <= 0:
+        return math.inf
+    margin = (t_quantile(1 - (1 - confidence) / 2, df) + _Z.inv_cdf(power)) * se_log
+    return (1.0 + threshold) * math.exp(margin) - 1.0
+
+
+def compare_values(baseline, current, better: str, threshold: float,
+                   confidence: float = CONFIDENCE) -> Change:
+    """Ratio, interval and verdict for one metric's per-repetition values."""
+    return judge(ratio_ci(baseline, current, confidence), better, threshold)
+
+
+def false_alarm_probability(se_log: float, df: float, threshold: float,
+                            confidence: float = CONFIDENCE) -> float:
+    """Probability that a case with no true change is called slower, when its
+    run-to-run noise is only what the repetitions show (standard error se_log)."""
+    if not (math.isfinite(se_log) and math.isfinite(df)) or df <= 0:
+        return math.nan
+    if se_log == 0:
+        return 0.0
+    tc = t_quantile(1 - (1 - confidence) / 2, df)
+    return 1.0 - t_cdf(tc + math.log1p(threshold) / se_log, df)

@@ -1,0 +1,312 @@
+"""The regression gate: simulations on synthetic runs with known distributions,
+exit codes for unusable inputs, --confirm, thresholds files, and the outputs."""
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from cxlbench.analysis import synthetic as syn
+from cxlbench.analysis.gate import gate
+from cxlbench.analysis.stats import SLOWER, compare_values
+from cxlbench.results.schema import SKIPPED
+
+REPS = 5          # the suite's default repetition count
+
+
+def sim_results(rng, n_cases, *, noise=0.02, worse=0.0, reps=REPS, inner=1, process_noise=0.0,
+                benchmarks=("latency", "bandwidth")):
+    """n_cases per benchmark: latency (ns, lower is better) and bandwidth (GB/s,
+    higher is better). `worse` is the regression: 0.10 makes latency 10% higher
+    and bandwidth 10% lower (negative: an improvement)."""
+    out = []
+    for bench in benchmarks:
+        metric, center = ("latency_ns", 120.0) if bench == "latency" else ("bandwidth_GBps", 25.0)
+        f = 1 + worse if bench == "latency" else 1 - worse
+        for i in range(n_cases):
+            vals = syn.noisy(rng, center * f * (1 + i / n_cases), noise, reps, inner, process_noise)
+            out.append(syn.case_result(bench, "ddr0", {"working_set_bytes": 2**20 * (i + 1)},
+                                       {metric: vals}))
+    return out
+
+
+def verdict_rates(result):
+    rows = result.comparison.rows
+    return {b: (g["verdict"] == SLOWER).mean() for b, g in rows.groupby("benchmark")}
+
+
+# ------------------------------------------------------------------ simulations
+
+def test_injected_regression_caught_in_95_percent_of_trials():
+    """10% worse at 2% noise with 5 repetitions: each case is one trial, 4000 per
+    direction. The t interval's power here is 95.6% in theory (docs/gating.md), so
+    the rate is measured to ±0.3% (one standard error)."""
+    rng = np.random.default_rng(20240501)
+    base = syn.make_run(sim_results(rng, 4000), label="base")
+    cur = syn.make_run(sim_results(rng, 4000, worse=0.10), label="cur")
+    result = gate(base, cur)
+    rates = verdict_rates(result)
+    assert result.exit_code == 1
+    assert rates["latency"] >= 0.95, rates           # ns grew: slower
+    assert rates["bandwidth"] >= 0.95, rates         # GB/s fell: slower
+    assert (result.comparison.rows["verdict"] == "faster").sum() == 0
+
+
+def test_improvement_is_faster_not_slower_for_ns_and_gbps():
+    rng = np.random.default_rng(7)
+    base = syn.make_run(sim_results(rng, 200), label="base")
+    cur = syn.make_run(sim_results(rng, 200, worse=-0.20), label="cur")   # ns fell, GB/s rose
+    result = gate(base, cur)
+    rows = result.comparison.rows
+    assert result.exit_code == 0
+    for bench in ("latency", "bandwidth"):
+        share = (rows.loc[rows["benchmark"] == bench, "verdict"] == "faster").mean()
+        assert share >= 0.95, (bench, share)
+    assert (rows["verdict"] == SLOWER).sum() == 0
+
+
+def test_aa_cases_flagged_in_at_most_5_percent():
+    rng = np.random.default_rng(11)
+    base = syn.make_run(sim_results(rng, 1000), label="a")
+    cur = syn.make_run(sim_results(rng, 1000), label="b")
+    rows = gate(base, cur).comparison.rows
+    assert (rows["verdict"] == SLOWER).mean() <= 0.05
+    assert rows["verdict"].isin(["same", "inconclusive"]).mean() >= 0.95
+    assert (rows["verdict"] == "same").mean() >= 0.8      # 2% noise is well inside ±5%
+
+
+def test_aa_whole_gate_fails_in_at_most_5_percent_of_trials():
+    """Whole gates on a 20-case suite, 100 A/A trials."""
+    rng = np.random.default_rng(3)
+    fails = 0
+    trials = 100
+    for _ in range(trials):
+        base = syn.make_run(sim_results(rng, 10), label="a")
+        cur = syn.make_run(sim_results(rng, 10), label="b")
+        fails += gate(base, cur).exit_code == 1
+    assert fails / trials <= 0.05
+
+
+def test_aa_with_process_effects_per_repetition_not_pooled():
+    """Each repetition (a process) has its own offset shared by its 20 inner samples.
+    Pooling inner samples would call identical code different; per-repetition
+    statistics keep the A/A false-positive rate under 5%."""
+    rng = np.random.default_rng(5)
+    kw = dict(noise=0.005, inner=20, process_noise=0.04)
+    base = syn.make_run(sim_results(rng, 300, **kw), label="a")
+    cur = syn.make_run(sim_results(rng, 300, **kw), label="b")
+    result = gate(base, cur, threshold=0.02)
+    rows = result.comparison.rows
+    assert set(rows["base_n"]) == {REPS}                 # one value per repetition, not 100
+    assert rows["verdict"].isin([SLOWER, "faster"]).mean() <= 0.05
+    # The same data pooled (every inner sample as if independent) is called
+    # slower or faster far more often.
+    pooled = 0
+    for i in range(300):
+        a = syn.noisy(rng, 100.0, **kw, repetitions=REPS).ravel()
+        b = syn.noisy(rng, 100.0, **kw, repetitions=REPS).ravel()
+        pooled += compare_values(a, b, "lower", 0.02).verdict in (SLOWER, "faster")
+    assert pooled / 300 > 0.15       # ~25% in theory
+
+
+def test_stored_runs_give_the_same_verdicts_as_in_memory(tmp_path):
+    """The gate reads runs written by the real store exactly as the simulations' in-memory runs."""
+    rng = np.random.default_rng(1)
+    res_a, res_b = sim_results(rng, 20), sim_results(rng, 20, worse=0.2)
+    pa = syn.write_run(tmp_path, res_a, label="a")
+    pb = syn.write_run(tmp_path, res_b, label="b")
+    on_disk = gate(pa, pb)
+    in_memory = gate(syn.make_run(res_a, label="a"), syn.make_run(res_b, label="b"))
+    assert on_disk.exit_code == in_memory.exit_code == 1
+    assert list(on_disk.comparison.rows["verdict"]) == list(in_memory.comparison.rows["verdict"])
+    assert np.allclose(on_disk.comparison.rows["ratio"], in_memory.comparison.rows["ratio"])
+
+
+# ------------------------------------------------------------------ unusable inputs: exit 2
+
+def test_missing_case_exits_2_with_a_clear_message():
+    rng = np.random.default_rng(2)
+    res = sim_results(rng, 5)
+    base = syn.make_run(res, label="base")
+    cur_results = sim_results(rng, 5)
+    dropped = cur_results.pop(2)
+    cur = syn.make_run(cur_results, label="cur")
+    result = gate(base, cur)
+    assert result.exit_code == 2
+    msg = " ".join(result.errors)
+    assert "missing from the current run" in msg and dropped.case.case_id in msg
+    assert "allow_missing" in msg
+    assert gate(base, cur, allow_missing=True).exit_code == 0
+
+
+def test_skipped_case_counts_as_missing_and_says_why():
+    rng = np.random.default_rng(2)
+    base = syn.make_run(sim_results(rng, 3), label="base")
+    cur_results = sim_results(rng, 3)
+    c = cur_results[0].case
+    cur_results[0] = syn.case_result(c.benchmark, c.target, c.params, {}, status=SKIPPED,
+                                     reason="no hugetlb pages reserved")
+    result = gate(base, cur_results and syn.make_run(cur_results, label="cur"))
+    assert result.exit_code == 2
+    assert "skipped: no hugetlb pages reserved" in result.missing["why"].iloc[0]
+    assert "no hugetlb pages reserved" in result.markdown()
+
+
+def test_machine_identity_mismatch_exits_2():
+    rng = np.random.default_rng(4)
+    res = sim_results(rng, 3)
+    base = syn.make_run(res, label="base")
+    m, tiers = syn.machine(cpu_model="AMD EPYC 9654 96-Core Processor")
+    cur = syn.make_run(res, m=m, tiers=tiers, label="cur")
+    result = gate(base, cur)
+    assert result.exit_code == 2
+    msg = " ".join(result.errors)
+    assert "identity" in msg and "cpu_model" in msg and "AMD EPYC 9654" in msg
+    assert gate(base, cur, ignore_identity=["cpu_model"]).exit_code == 0
+
+
+def test_kernel_and_memory_layout_are_identity_thp_is_context():
+    rng = np.random.default_rng(4)
+    res = sim_results(rng, 3)
+    base = syn.make_run(res, label="base")
+    m, tiers = syn.machine(kernel="6.8.0-other")
+    assert gate(base, syn.make_run(res, m=m, tiers=tiers)).exit_code == 2
+    m, tiers = syn.machine(ddr_bytes=32 * 2**30)
+    assert gate(base, syn.make_run(res, m=m, tiers=tiers)).exit_code == 2
+    m, tiers = syn.machine(ddr_bytes=int(64 * 2**30 * 0.99))     # a boot's reservations: same
+    assert gate(base, syn.make_run(res, m=m, tiers=tiers)).exit_code == 0
+    m, tiers = syn.machine(thp="always", governor="powersave", hostname="another-host")
+    result = gate(base, syn.make_run(res, m=m, tiers=tiers))
+    assert result.exit_code == 0
+    assert any("thp_enabled" in w for w in result.warnings)
+    assert "thp\\_enabled" in result.markdown()
+
+
+def test_unreadable_run_exits_2(tmp_path):
+    rng = np.random.default_rng(4)
+    base = syn.write_run(tmp_path, sim_results(rng, 2), label="base")
+    result = gate(base, tmp_path / "nope")
+    assert result.exit_code == 2
+    assert "current" in result.errors[0] and "nope" in result.errors[0]
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "run.json").write_text("{not json")
+    assert gate(tmp_path / "junk", base).exit_code == 2
+    assert json.loads(gate(base, tmp_path / "nope").to_json())["exit_code"] == 2
+
+
+def test_bad_thresholds_file_exits_2(tmp_path):
+    rng = np.random.default_rng(4)
+    run = syn.make_run(sim_results(rng, 2))
+    bad = tmp_path / "t.toml"
+    bad.write_text("default = [1")
+    assert gate(run, run, thresholds_file=bad).exit_code == 2
+    bad.write_text("default = 3")
+    result = gate(run, run, thresholds_file=bad)
+    assert result.exit_code == 2 and "between 0 and 100%" in result.errors[0]
+
+
+# ------------------------------------------------------------------ thresholds, confirm
+
+def test_thresholds_file_per_benchmark(tmp_path):
+    rng = np.random.default_rng(9)
+    base = syn.make_run(sim_results(rng, 30), label="base")
+    cur = syn.make_run(sim_results(rng, 30, worse=0.10), label="cur")
+    f = tmp_path / "thresholds.toml"
+    f.write_text('default = "5%"\n[benchmarks]\nlatency = 0.25\n')
+    result = gate(base, cur, thresholds_file=f)
+    rows = result.comparison.rows
+    lat = rows[rows["benchmark"] == "latency"]
+    assert set(lat["threshold"]) == {0.25} and (lat["verdict"] != SLOWER).all()
+    assert (rows.loc[rows["benchmark"] == "bandwidth", "verdict"] == SLOWER).mean() > 0.9
+    assert result.exit_code == 1
+    # An explicit threshold replaces the file's default, not its per-benchmark entries.
+    result = gate(base, cur, threshold="15%", thresholds_file=f)
+    assert result.exit_code == 0
+
+
+def test_example_thresholds_file_loads():
+    from cxlbench.analysis.thresholds import EXAMPLE_FILE, load_thresholds
+    t = load_thresholds(EXAMPLE_FILE)
+    assert t.for_case("latency", "latency_ns") > t.default
+
+
+def test_confirm_reruns_only_flagged_cases_and_fails_only_if_they_regress_again():
+    rng = np.random.default_rng(12)
+    base_res = sim_results(rng, 5)
+    base = syn.make_run(base_res, label="base")
+    bad = lambda c, m: 1.3 if c.params["working_set_bytes"] == 2**20 else 1.0     # noqa: E731
+    cur = syn.make_run([syn.case_result(r.case.benchmark, r.case.target, r.case.params,
+                                        {s.metric: [x.value * (1.3 if r.case.params["working_set_bytes"] == 2**20
+                                                               and s.metric == "latency_ns" else 1.0)
+                                                    for x in r.samples if x.metric == s.metric]
+                                         for s in r.samples[:1]})
+                        for r in sim_results(rng, 5)], label="cur")
+    asked = []
+
+    def rerun_clean(case_ids):
+        asked.append(case_ids)
+        keep = [r for r in sim_results(rng, 5) if r.case.case_id in case_ids]
+        return syn.make_run(keep, label="again")
+
+    first = gate(base, cur)
+    assert first.exit_code == 1
+    flagged = sorted(set(first.regressions["case_id"]))
+    result = gate(base, cur, confirm=rerun_clean)
+    assert asked == [flagged]
+    assert result.exit_code == 0 and result.confirm["ran"] and not result.confirm["confirmed"]
+    assert "not confirmed on re-run" in result.markdown()
+
+    def rerun_bad(case_ids):
+        keep = [r for r in sim_results(rng, 5, worse=0.3) if r.case.case_id in case_ids]
+        return syn.make_run(keep, label="again")
+
+    result = gate(base, cur, confirm=rerun_bad)
+    assert result.exit_code == 1 and result.confirm["confirmed"]
+
+    def rerun_broken(case_ids):
+        raise RuntimeError("runner crashed")
+
+    result = gate(base, cur, confirm=rerun_broken)
+    assert result.exit_code == 1 and any("runner crashed" in w for w in result.warnings)
+    del bad
+
+
+# ------------------------------------------------------------------ outputs
+
+def test_outputs_markdown_json_junit():
+    rng = np.random.default_rng(21)
+    base = syn.make_run(sim_results(rng, 10), label="base")
+    cur = syn.make_run(sim_results(rng, 10, worse=0.25), label="<b>cur</b>|x")
+    result = gate(base, cur)
+    assert result.exit_code == 1
+    md = result.markdown()
+    assert md.startswith("## ❌ cxlbench gate: regression")
+    assert "<b>" not in md.replace("`<b>cur</b>|x`", "")    # only inside a code span
+    assert "| latency |" in md and "+25" in md and "-25" in md
+    data = json.loads(result.to_json())
+    assert data["exit_code"] == 1 and data["status"] == "fail"
+    assert data["counts"]["slower"] == len(data["regressions"]) == 20
+    assert all(r["unit"] in ("ns", "GB/s") for r in data["regressions"])
+    root = ET.fromstring(result.junit_xml())
+    assert root.tag == "testsuites" and root.get("failures") == "20" and root.get("tests") == "20"
+    assert len(root.findall(".//failure")) == 20
+    ok = gate(base, base)
+    assert ok.exit_code == 0 and ok.markdown().startswith("## ✅")
+    assert ET.fromstring(ok.junit_xml()).get("failures") == "0"
+    assert "nothing" not in ok.summary()
+
+
+def test_inconclusive_carries_minimum_detectable_effect():
+    rng = np.random.default_rng(30)
+    base = syn.make_run(sim_results(rng, 50, noise=0.15), label="a")
+    cur = syn.make_run(sim_results(rng, 50, noise=0.15), label="b")
+    rows = gate(base, cur).comparison.rows
+    inc = rows[rows["verdict"] == "inconclusive"]
+    assert len(inc) > 0.5 * len(rows)
+    assert (inc["mde"] > 0.10).all() and np.isfinite(inc["mde"]).all()
+    data = json.loads(gate(base, cur).to_json())
+    assert all(c["mde"] is not None for c in data["cases"])
+    assert not math.isnan(rows["mde"].iloc[0])
