@@ -1,0 +1,501 @@
+"""Llama-style training with its state on each tier: tokens/s and where the step goes.
+
+Two kinds of case (params["mode"]):
+
+train      one placement of the training state — fp32 master params, Adam moments,
+           gradients, activation checkpoints — run by one engine (offload, none,
+           fsdp2_cpu_offload) on one config. target/tier_kind name the optimizer
+           state's tier; params_on, grads_on, activations_on are columns. Samples per
+           steady step (repetition = step index): tokens_per_s, step_time_s, the
+           breakdown (forward_s, backward_s, transfer_s, optimizer_s, nvme_read_s,
+           nvme_write_s, idle_s), loss, and on a GPU tflops and mfu. Per case: the
+           step-time model's predicted_step_s (flag and terms as columns), the rates
+           it used (column `probe`), and memory_bytes per tier (column `memory`).
+optimizer  AdamW parameters/s on one tier, per implementation (fused, foreach,
+           forloop, native, deepspeed), and for an NVMe tier the file-backed optimizer
+           against the same step in memory.
+
+Without a GPU, GPU cases are planned and recorded as skipped ("no GPU") and the
+train cases run on the CPU: they measure the optimizer on the tier, the NVMe path,
+the copies into and out of placed buffers, and that the loss falls — not a GPU's
+offload (each case's info says so).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+
+from cxlbench.benchmarks.base import Env, Planned, Skip, as_list
+from cxlbench.results.schema import Case, Sample
+from cxlbench.topology.model import Initiator, Tier
+from cxlbench.units import parse_size
+
+NAME = "training"
+ENGINES = ("offload", "none", "fsdp2_cpu_offload")
+NO_GPU = "no GPU"
+ADAMW_BYTES_FP32_GRAD = 28      # p, m, v read + written (24) + fp32 grad read (4)
+
+
+# ---- planning ---------------------------------------------------------------------
+
+def plan(spec: dict, env: Env) -> list[Planned]:
+    if spec.get("mode", "train") == "optimizer":
+        return _plan_optimizer(spec, env)
+    return _plan_train(spec, env)
+
+
+def _gpu_initiator(env: Env) -> Initiator | None:
+    return next((i for i in env.initiators.values() if i.kind == "gpu"), None)
+
+
+def _cpu_initiator_for(tier: Tier | None, env: Env) -> Initiator | None:
+    """The CPUs local to a host tier, or those nearest to it, or node 0's."""
+    cpus = [i for i in env.initiators.values() if i.kind == "cpu"]
+    if not cpus:
+        return None
+    if tier is not None and tier.node is not None:
+        local = [i for i in cpus if i.node == tier.node]
+        if local:
+            return local[0]
+        node = env.machine.nodes.get(tier.node)
+        if node is not None:
+            return min(cpus, key=lambda i: node.distances.get(i.node, 1 << 30))
+    return cpus[0]
+
+
+def _select(selector: str, env: Env) -> list[Tier] | str:
+    """Tiers a selector names: a kind (ddr, cxl, nvme, hbm) or a tier name; or why none."""
+    if selector in env.tiers:
+        return [env.tiers[selector]]
+    found = sorted((t for t in env.tiers.values() if t.kind == selector), key=lambda t: t.name)
+    if found:
+        return found
+    return {
+        "hbm": NO_GPU,
+        "cxl": "no CXL tier on this machine (declare one: cxl=node:N)",
+        "nvme": "no NVMe tier declared (declare one: nvme=/path/to/scratch)",
+        "ddr": "no DDR tier on this machine",
+    }.get(selector, f"no tier {selector!r} on this machine")
+
+
+def _ddr_of(initiator: Initiator | None, env: Env) -> Tier | None:
+    """The DDR tier local to an initiator (a GPU's NUMA node), else the first DDR tier."""
+    ddr = sorted((t for t in env.tiers.values() if t.kind == "ddr"), key=lambda t: t.name)
+    node = initiator.node if initiator is not None else None
+    return next((t for t in ddr if t.node == node), ddr[0] if ddr else None)
+
+
+def _plan_train(spec: dict, env: Env) -> list[Planned]:
+    from cxlbench.training.configs import model_config, train_config
+
+    gpu = _gpu_initiator(env)
+    compute = as_list(spec.get("compute", "auto"))
+    devices = ["gpu"] + (["cpu"] if gpu is None else []) if compute == ["auto"] else compute
+    steps, warmup = int(spec.get("steps", 20)), int(spec.get("warmup_steps", 3))
+    planned: list[Planned] = []
+    for device in devices:
+        for config in as_list(spec.get("config", ["tiny"])):
+            base = train_config(config, batch=spec.get("batch"), seq_len=spec.get("seq"))
+            for ac in as_list(spec.get("activation_checkpointing", [False])):
+                for act in as_list(spec.get("activations_on", ["device"])):
+                    for engine in as_list(spec.get("engine", list(ENGINES))):
+                        common = {"mode": "train", "config": config, "engine": engine,
+                                  "activation_checkpointing": bool(ac), "batch": base.batch,
+                                  "seq": base.seq_len, "impl": spec.get("impl", "fused"),
+                                  "compute": device}
+                        for case, skip in _placements(spec, env, device, gpu, engine, act, common,
+                                                      steps, warmup):
+                            skip = skip or _fits(case, env, model_config(config))
+                            planned.append(Planned(case, skip, _estimate(case, model_config(config))))
+    return planned
+
+
+def _placements(spec, env, device, gpu, engine, act, common, steps, warmup):
+    """(case, skip reason) for each placement an engine takes on a device."""
+    if engine not in ENGINES:
+        yield _case("cpu:node0", "?", "?", {**common}, steps, warmup), \
+            f"unknown engine {engine!r} (known: {', '.join(ENGINES)})"
+        return
+    no_gpu = NO_GPU if device == "gpu" and gpu is None else None
+    gpu_name = gpu.name if gpu else "gpu:0"
+    act_tier = act if act == "device" else _select(act, env)
+    act_skip = act_tier if isinstance(act_tier, str) and act != "device" else None
+    act_name = act if act == "device" else (act_tier[0].name if not act_skip else act)
+
+    if engine == "none":
+        if device == "gpu":
+            hbm = [t for t in env.tiers.values() if t.kind == "hbm"]
+            target = hbm[0].name if hbm else "hbm0"
+            yield (_case(gpu_name, target, "hbm", {**common, "params_on": target, "grads_on": target,
+                                                   "activations_on": act_name}, steps, warmup),
+                   no_gpu or act_skip)
+        else:
+            ddr = _ddr_of(_cpu_initiator_for(None, env), env)
+            ini = _cpu_initiator_for(ddr, env)
+            target = ddr.name if ddr else "ddr0"
+            yield (_case(ini.name if ini else "cpu:node0", target, "ddr",
+                         {**common, "params_on": target, "grads_on": target, "activations_on": act_name},
+                         steps, warmup), act_skip)
+        return
+    if engine == "fsdp2_cpu_offload":
+        if device != "gpu":
+            return                              # FSDP2's CPU offload is a GPU's; no CPU analogue
+        ddr = _ddr_of(gpu, env)
+        target = ddr.name if ddr else "ddr0"
+        yield (_case(gpu_name, target, "ddr", {**common, "params_on": target, "grads_on": target,
+                                               "activations_on": "device"}, steps, warmup),
+               no_gpu or (None if act == "device" else "FSDP2 reference keeps activations on the device"))
+        return
+    # the offload engine: one case per optimizer tier × params_on × grads_on
+    for selector in as_list(spec.get("optimizer_on", ["ddr", "cxl", "nvme", "hbm"])):
+        if selector == "hbm" or (selector in env.tiers and env.tiers[selector].kind == "hbm"):
+            continue                            # optimizer on the device is engine "none"
+        tiers = _select(selector, env)
+        if isinstance(tiers, str):
+            ini = gpu_name if device == "gpu" else "cpu:node0"
+            yield (_case(ini, selector, selector, {**common, "params_on": selector, "grads_on": "local",
+                                                   "activations_on": act_name}, steps, warmup),
+                   tiers)
+            continue
+        for tier in tiers:
+            cpu_ini = _cpu_initiator_for(tier if tier.kind != "nvme" else None, env)
+            initiator = gpu if device == "gpu" else cpu_ini
+            local = _ddr_of(initiator, env)
+            ini_name = initiator.name if initiator else (gpu_name if device == "gpu" else "cpu:node0")
+            for params_sel in as_list(spec.get("params_on", ["optimizer"])):
+                params_on, why = _resolve(params_sel, tier, local, env)
+                for grads_sel in as_list(spec.get("grads_on", ["local"])):
+                    grads_on, why_g = _resolve(grads_sel, tier, local, env, host_only=True)
+                    skip = no_gpu or act_skip or why or why_g
+                    if not skip and env.tiers.get(params_on, tier).kind == "nvme" and tier.kind != "nvme":
+                        skip = "params on NVMe need the optimizer state on NVMe too"
+                    yield (_case(ini_name, tier.name, tier.kind,
+                                 {**common, "params_on": params_on, "grads_on": grads_on,
+                                  "activations_on": act_name}, steps, warmup), skip)
+
+
+def _resolve(selector: str, opt_tier: Tier, local: Tier | None, env: Env,
+             host_only: bool = False) -> tuple[str, str | None]:
+    """A params_on / grads_on selector as a tier name: 'optimizer' (the optimizer's
+    tier; for grads, or when that is NVMe and host memory is required, the local DDR),
+    'local' (the initiator's DDR), or a tier kind or name."""
+    if selector == "optimizer":
+        if opt_tier.kind == "nvme" and host_only:
+            selector = "local"
+        else:
+            return opt_tier.name, None
+    if selector == "local":
+        return (local.name, None) if local else ("local", "no DDR tier for the host buffers")
+    tiers = _select(selector, env)
+    if isinstance(tiers, str):
+        return selector, tiers
+    tier = tiers[0]
+    if host_only and not tier.is_host_memory:
+        return tier.name, f"gradients are stepped on the host: grads_on must be DDR or CXL, not {tier.name}"
+    if tier.kind == "hbm":
+        return tier.name, "master params on HBM is the no-offload engine"
+    return tier.name, None
+
+
+def _case(initiator: str, target: str, kind: str, params: dict, steps: int, warmup: int) -> Case:
+    return Case(NAME, initiator, target, kind, params, repetitions=steps, warmup=warmup)
+
+
+def _host_needs(case: Case, cfg) -> dict[str, int]:
+    """Bytes each named tier must hold for a train case (estimate, for planning)."""
+    n = cfg.num_params()
+    p = case.params
+    gpu = p["compute"] == "gpu"
+    grad_bytes = 2 if gpu else 4
+    needs: dict[str, int] = {}
+
+    def add(tier: str, b: int) -> None:
+        needs[tier] = needs.get(tier, 0) + b
+
+    if p["engine"] == "offload":
+        add(p["params_on"], 4 * n + (2 * n if gpu else 0))
+        add(case.target, 8 * n)
+        add(p["grads_on"], grad_bytes * n)
+    elif p["engine"] == "fsdp2_cpu_offload":
+        add(case.target, 16 * n)
+    else:
+        add(case.target, 16 * n)
+    if p["activations_on"] != "device":
+        per_layer = p["batch"] * p["seq"] * cfg.dim * (2 if p["activation_checkpointing"] else 34)
+        add(p["activations_on"], per_layer * cfg.n_layers)
+    return needs
+
+
+def _fits(case: Case, env: Env, cfg) -> str | None:
+    for name, need in _host_needs(case, cfg).items():
+        tier = env.tiers.get(name)
+        if tier is None:
+            continue
+        if tier.kind == "nvme":
+            free = shutil.disk_usage(tier.path).free if tier.path and os.path.isdir(tier.path) else tier.free_bytes
+        else:
+            node = env.machine.nodes.get(tier.node) if tier.node is not None else None
+            free = node.mem_free_bytes if node is not None else tier.free_bytes
+        if free and need > 0.8 * free:
+            return f"needs ~{need / 2**30:.1f} GiB on {name}, which has {free / 2**30:.1f} GiB free"
+    return None
+
+
+def _estimate(case: Case, cfg) -> float:
+    p = case.params
+    tokens = p["batch"] * p["seq"]
+    flops = cfg.flops_per_token(p["seq"]) * tokens
+    rate = 3e14 if p["compute"] == "gpu" else 2e10
+    per_step = flops / rate + cfg.num_params() / (1e9 if p["compute"] == "gpu" else 2e8)
+    return 8.0 + (case.repetitions + case.warmup) * per_step * (2 if p["engine"] != "none" else 1)
+
+
+def _plan_optimizer(spec: dict, env: Env) -> list[Planned]:
+    n = parse_size(spec.get("n_params", "16M"))
+    n_nvme = parse_size(spec.get("nvme_params", "4M"))
+    impls = ",".join(as_list(spec.get("impls", ["fused", "foreach", "forloop", "native", "deepspeed"])))
+    reps = int(spec.get("steps", spec.get("repetitions", 5)))
+    planned = []
+    for selector in as_list(spec.get("tiers", ["ddr", "cxl", "nvme"])):
+        tiers = _select(selector, env)
+        if isinstance(tiers, str):
+            case = Case(NAME, "cpu:node0", selector, selector,
+                        {"mode": "optimizer", "n_params": n, "impls": impls}, reps, 1)
+            planned.append(Planned(case, tiers, 0.1))
+            continue
+        for tier in tiers:
+            if tier.kind == "hbm":
+                continue
+            ini = _cpu_initiator_for(tier if tier.kind != "nvme" else None, env)
+            count = n_nvme if tier.kind == "nvme" else n
+            case = Case(NAME, ini.name if ini else "cpu:node0", tier.name, tier.kind,
+                        {"mode": "optimizer", "n_params": count, "impls": impls}, reps, 1)
+            per_step = count * (12 * 2 / 2e8 if tier.kind == "nvme" else 1 / 4e7)
+            planned.append(Planned(case, None, 3.0 + (reps + 1) * per_step * 3))
+    return planned
+
+
+# ---- measuring --------------------------------------------------------------------
+
+def measure(case: Case, env: Env, info: dict) -> list[Sample]:
+    if case.params.get("mode") == "optimizer":
+        return _measure_optimizer(case, env, info)
+    return _measure_train(case, env, info)
+
+
+def _pin_to(initiator: Initiator | None, env: Env, info: dict) -> None:
+    """Run on the initiator's CPUs (a GPU's: its NUMA node's), with as many torch threads."""
+    import torch
+    cpus = list(initiator.cpus) if initiator and initiator.cpus else []
+    if not cpus and initiator is not None and initiator.node is not None:
+        node = env.machine.nodes.get(initiator.node)
+        cpus = list(node.cpus) if node else []
+    if cpus:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:
+            cpus = sorted(os.sched_getaffinity(0))
+        torch.set_num_threads(len(cpus))
+    info["threads"] = torch.get_num_threads()
+    try:
+        info["load_average"] = os.getloadavg()[0]
+    except OSError:
+        pass
+
+
+def _placement_of(case: Case, env: Env):
+    """Placement (nodes / 'nvme' / 'device') and the NVMe directory, from tier names."""
+    from cxlbench.training.placement import Placement
+    nvme_dir = None
+
+    def where(name: str):
+        nonlocal nvme_dir
+        if name == "device" or name not in env.tiers:
+            return "device"
+        tier = env.tiers[name]
+        if tier.kind == "nvme":
+            nvme_dir = tier.path
+            return "nvme"
+        if tier.kind == "hbm":
+            return "device"
+        return tier.node
+
+    p = case.params
+    placement = Placement(params=where(p["params_on"]), optimizer=where(case.target),
+                          grads=where(p["grads_on"]), activations=where(p["activations_on"]))
+    return placement, nvme_dir
+
+
+def _measure_train(case: Case, env: Env, info: dict) -> list[Sample]:
+    import torch
+
+    from cxlbench.training.configs import train_config
+    from cxlbench.training.placement import PlacementError
+    from cxlbench.training.session import RunSpec, run
+
+    p = case.params
+    device = "cpu"
+    initiator = env.initiators.get(case.initiator)
+    if p["compute"] == "gpu":
+        if not torch.cuda.is_available():
+            raise Skip(NO_GPU)
+        device = f"cuda:{initiator.gpu if initiator and initiator.gpu is not None else 0}"
+    _pin_to(initiator, env, info)
+    placement, nvme_dir = _placement_of(case, env)
+    local = initiator.node if initiator is not None else None
+    buffer_node = placement.grads if isinstance(placement.grads, int) else local
+    train = train_config(p["config"], batch=p["batch"], seq_len=p["seq"], steps=case.repetitions,
+                         warmup_steps=case.warmup, activation_checkpointing=p["activation_checkpointing"])
+    spec = RunSpec(p["config"], p["engine"], train, placement, device, nvme_dir, p.get("impl", "fused"),
+                   buffer_node, local if device == "cpu" else None)
+    try:
+        result = run(spec)
+    except torch.OutOfMemoryError as e:
+        raise Skip(f"does not fit: GPU out of memory ({str(e).splitlines()[0]})") from None
+    except MemoryError as e:
+        raise Skip(f"does not fit: host out of memory ({e})") from None
+    except PlacementError as e:      # not placeable, or found elsewhere: never measured there
+        raise Skip(str(e)) from None
+    return _train_samples(result, info)
+
+
+def _train_samples(r, info: dict) -> list[Sample]:
+    gpu = r.spec.device.startswith("cuda")
+    samples: list[Sample] = []
+    for i, s in enumerate(r.steps):
+        tps = r.tokens_per_step / s.step_s
+        values = {"tokens_per_s": tps, "step_time_s": s.step_s, "forward_s": s.forward_s,
+                  "backward_s": s.backward_s, "transfer_s": s.transfer_s,
+                  "optimizer_s": s.optimizer_s, "idle_s": s.idle_s, "loss": s.loss}
+        if r.spec.placement.optimizer == "nvme":
+            values["nvme_read_s"], values["nvme_write_s"] = s.nvme_read_s, s.nvme_write_s
+        achieved = tps * r.flops_per_token
+        values["tflops"] = achieved / 1e12
+        values["mfu"] = achieved / r.peak_flops
+        samples += [Sample(k, v, i) for k, v in values.items()]
+
+    v = r.verdict
+    pred = {f"model_{k}": val for k, val in r.prediction.as_dict().items() if k != "step_s"}
+    samples.append(Sample("predicted_step_s", r.prediction.step_s, 0,
+                          {"model_flag": v.summary, **pred}))
+    rates = r.rates
+    samples.append(Sample("tflops", rates.flops_per_s / 1e12, 0, {"probe": "matmul_model_shape"}))
+    samples.append(Sample("tflops", r.peak_flops / 1e12, 0, {"probe": "matmul_peak"}))
+    for name, value in (("d2h", rates.d2h_Bps), ("h2d", rates.h2d_Bps),
+                        ("nvme_read", rates.nvme_read_Bps), ("nvme_write", rates.nvme_write_Bps)):
+        if value:
+            samples.append(Sample("bandwidth_GBps", value / 1e9, 0, {"probe": name}))
+    if rates.opt_params_per_s:
+        samples.append(Sample("params_per_s", rates.opt_params_per_s, 0,
+                              {"probe": "adamw", "impl": r.impl}))
+    for key, value in r.memory.items():
+        samples.append(Sample("memory_bytes", value, 0, {"memory": key}))
+
+    info.update({
+        "what_was_measured": ("GPU offload: bf16 compute on the GPU, fp32 state on the host tiers"
+                              if gpu else
+                              "CPU run: compute on the CPU; optimizer step on the tier, NVMe I/O, "
+                              "memcpy into/out of placed buffers; not a GPU's offload"),
+        "placement_before": r.placement_before, "placement_after": r.placement_after,
+        "n_params": r.n_params, "tokens_per_step": r.tokens_per_step,
+        "flops_per_token": r.flops_per_token, "impl": r.impl,
+        "loss_curve": [round(x, 5) for x in r.losses], "loss_fell": r.loss_fell,
+        "step_model": {"prediction": r.prediction.as_dict(), "flagged": v.flagged,
+                       "disagreements": [str(d) for d in v.disagreements]},
+        "notes": r.notes,
+    })
+    if r.o_direct is not None:
+        info["o_direct"] = r.o_direct
+    if not r.loss_fell:
+        info.setdefault("warnings", []).append(
+            f"loss did not fall: {r.losses[0]:.3f} at the first step, {r.losses[-1]:.3f} at the last")
+    if v.flagged:
+        info.setdefault("warnings", []).append(f"step-time model disagrees by > 20%: {v.summary}")
+    return samples
+
+
+def _measure_optimizer(case: Case, env: Env, info: dict) -> list[Sample]:
+    from cxlbench.training import optimizer as adam
+
+    tier = env.tier(case.target)
+    initiator = env.initiators.get(case.initiator)
+    _pin_to(initiator, env, info)
+    n = int(case.params["n_params"])
+    impls = case.params["impls"].split(",")
+    samples: list[Sample] = []
+    skipped = {}
+    if tier.kind == "nvme":
+        return _measure_nvme_optimizer(case, tier, initiator, n, info)
+    nodes = {"params": tier.node, "optimizer": tier.node, "grads": tier.node}
+    medians = {}
+    for impl in impls:
+        why = adam.unavailable(impl)
+        if why:
+            skipped[impl] = why
+            continue
+        rates = adam.probe(n, impl, steps=case.repetitions, warmup=case.warmup, nodes=nodes)
+        medians[impl] = statistics.median(rates)
+        for i, rate in enumerate(rates):
+            samples.append(Sample("params_per_s", rate, i, {"impl": impl}))
+            samples.append(Sample("bandwidth_GBps", rate * ADAMW_BYTES_FP32_GRAD / 1e9, i,
+                                  {"impl": impl, "bytes_per_param": ADAMW_BYTES_FP32_GRAD}))
+    info["skipped_impls"] = skipped
+    info["median_params_per_s"] = medians
+    if medians:
+        best = max(medians, key=medians.get)
+        info["best_impl"] = best
+        info["per_core_params_per_s"] = {k: v / max(1, info.get("threads", 1)) for k, v in medians.items()}
+    return samples
+
+
+def _measure_nvme_optimizer(case: Case, tier: Tier, initiator, n: int, info: dict) -> list[Sample]:
+    import time
+
+    import torch
+
+    from cxlbench.training.nvme_optimizer import ALIGN_ELEMS, NvmeAdamW, file_bandwidth
+    from cxlbench.training.optimizer import AdamWHyper, HostAdamW, unavailable
+
+    impl = "fused" if unavailable("fused") is None else "foreach"
+    node = initiator.node if initiator is not None else None
+    chunk = min(1 << 20, -(-n // ALIGN_ELEMS) * ALIGN_ELEMS)
+    g = torch.randn(n) * 1e-3
+    p0 = torch.randn(n) * 0.02
+    samples: list[Sample] = []
+    with NvmeAdamW(tier.path, n, AdamWHyper(), impl, chunk, node) as opt:
+        opt.initialize(p0)
+        for i in range(case.warmup + case.repetitions):
+            t0 = time.perf_counter()
+            io = opt.step(g)
+            dt = time.perf_counter() - t0
+            if i < case.warmup:
+                continue
+            r = i - case.warmup
+            samples += [Sample("params_per_s", n / dt, r, {"impl": impl, "io": "nvme"}),
+                        Sample("step_time_s", dt, r, {"io": "nvme"}),
+                        Sample("nvme_read_s", io.read_wait_s, r, {"io": "nvme"}),
+                        Sample("nvme_write_s", io.write_wait_s, r, {"io": "nvme"}),
+                        Sample("optimizer_s", io.compute_s, r, {"io": "nvme"})]
+        bw = file_bandwidth(opt)
+        samples += [Sample("bandwidth_GBps", bw["read_GBps"], 0, {"probe": "nvme_read"}),
+                    Sample("bandwidth_GBps", bw["write_GBps"], 0, {"probe": "nvme_write"})]
+        info.update({"o_direct": opt.o_direct, "file_bytes": opt.file_bytes,
+                     "buffers": opt.arena.verify(), "chunk_params": chunk})
+    # the same step in memory, on the buffers' node, for comparison
+    from cxlbench.training.placement import HostArena
+    with HostArena(HostArena.bytes_for(n, torch.float32, 3), node, "in-memory") as arena:
+        p, m, v = (arena.take(n, torch.float32) for _ in range(3))
+        p.copy_(p0)
+        mem = HostAdamW(p, m, v, n, AdamWHyper(), impl, chunk)
+        for i in range(case.warmup + case.repetitions):
+            t0 = time.perf_counter()
+            mem.step(g)
+            dt = time.perf_counter() - t0
+            if i >= case.warmup:
+                r = i - case.warmup
+                samples += [Sample("params_per_s", n / dt, r, {"impl": impl, "io": "memory"}),
+                            Sample("step_time_s", dt, r, {"io": "memory"})]
+    if not info["o_direct"]:
+        info.setdefault("warnings", []).append("O_DIRECT refused: NVMe reads may come from the page cache")
+    return samples

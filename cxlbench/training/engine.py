@@ -1,0 +1,513 @@
+"""Training engines: the offload engine, and the references users would run instead.
+
+OffloadEngine (ZeRO-Offload's scheme, one device):
+  - the device holds only a compute copy of the parameters (bf16 on a GPU), as
+    views into one flat buffer so a chunk of parameters is one contiguous copy;
+  - fp32 master parameters, Adam moments and the host gradient buffer live on the
+    tiers the Placement names (HostArena: bound to a node, faulted in, pages
+    verified), or the moments (and master) in an NVMe file (NvmeAdamW);
+  - backward streams each gradient to the host buffer as soon as autograd has
+    accumulated it (a post-accumulate-grad hook), on a side stream, and frees it;
+  - the CPU steps AdamW chunk by chunk; each updated chunk is narrowed to bf16 in a
+    pinned staging buffer and copied back on a second side stream while the next
+    chunk is stepped; the next forward waits for that stream;
+  - saved activations (with activation checkpointing: the block inputs only) can
+    live on a host tier too, through saved_tensors_hooks (ActivationStash).
+
+On a CPU-only machine the same engine runs with the CPU as the "device": the
+compute copy is fp32 in ordinary memory and every "transfer" is a memcpy into or
+out of the placed buffers. That run measures the optimizer step on the tier, the
+NVMe path and the cost of the copies, not a GPU's offload; the results say so.
+
+NoOffloadEngine is plain training with everything on the device (AdamW fused,
+bf16 autocast on a GPU). Fsdp2Engine is FSDP2 `fully_shard` with CPUOffloadPolicy
+at world size 1 (the same code path torchrun uses for more GPUs).
+
+CUDA-only modules are imported inside the functions that need them.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from cxlbench.training.configs import ModelConfig, TrainConfig
+from cxlbench.training.model import Transformer, loss_fn
+from cxlbench.training.nvme_optimizer import ALIGN_ELEMS, IoTimes, NvmeAdamW
+from cxlbench.training.optimizer import AdamWHyper, HostAdamW
+from cxlbench.training.placement import HostArena, Placement, page_nodes, process_bytes_per_node
+
+
+@dataclass
+class StepTimes:
+    """Seconds spent in one step, by phase. transfer: device<->host copies that were
+    not hidden behind compute; nvme_*: time the update stood waiting for I/O."""
+    step_s: float
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    transfer_s: float = 0.0
+    optimizer_s: float = 0.0
+    nvme_read_s: float = 0.0
+    nvme_write_s: float = 0.0
+    loss: float = float("nan")
+    io: IoTimes | None = None
+
+    @property
+    def idle_s(self) -> float:
+        busy = (self.forward_s + self.backward_s + self.transfer_s + self.optimizer_s
+                + self.nvme_read_s + self.nvme_write_s)
+        return max(0.0, self.step_s - busy)
+
+
+def build_model(cfg: ModelConfig, train: TrainConfig) -> Transformer:
+    """The model, initialised from the run's seed on the CPU in fp32."""
+    torch.manual_seed(train.seed)
+    model = Transformer(cfg, max_seq_len=train.seq_len)
+    model.activation_checkpointing = train.activation_checkpointing
+    return model
+
+
+def hyper_of(train: TrainConfig) -> AdamWHyper:
+    return AdamWHyper(lr=train.lr, betas=train.betas, eps=train.eps, weight_decay=train.weight_decay)
+
+
+class _Timer:
+    """Intervals on the device's own clock: CUDA events on a GPU, perf_counter on a CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self, stream=None):
+        if not self.cuda:
+            return time.perf_counter()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(stream) if stream is not None else ev.record()
+        return ev
+
+    def seconds(self, a, b) -> float:
+        """Call after a synchronisation that covers both marks."""
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
+
+class ActivationStash:
+    """Saved tensors kept in a host arena on `node` instead of device memory.
+
+    The first step only measures how many bytes the saved tensors need (they stay
+    where they are); `allocate` then reserves an arena that size on the node, and
+    every later step packs into it from the start. Parameters and buffers are never
+    packed (autograd saves weights for the input gradients; they are resident anyway).
+    """
+
+    SLACK = 1.1
+
+    def __init__(self, node: int, device: torch.device, resident: set[int]):
+        self.node, self.device, self.resident = node, device, resident
+        self.arena: HostArena | None = None
+        self.measured = 0
+
+    def _resident(self, t: torch.Tensor) -> bool:
+        return t.untyped_storage().data_ptr() in self.resident
+
+    def pack(self, t: torch.Tensor):
+        if self._resident(t):
+            return ("keep", t)
+        if self.arena is None:
+            self.measured += -(-t.numel() * t.element_size() // HostArena.ALIGN) * HostArena.ALIGN
+            return ("keep", t)
+        slot = self.arena.take(t.numel(), t.dtype).view(t.shape)
+        slot.copy_(t, non_blocking=True)
+        return ("host", slot)
+
+    def unpack(self, packed):
+        kind, t = packed
+        if kind == "keep":
+            return t
+        return t.to(self.device, non_blocking=True)
+
+    def allocate(self, pin: bool) -> HostArena:
+        self.arena = HostArena(int(self.measured * self.SLACK) + HostArena.ALIGN, self.node,
+                               f"activations@node{self.node}")
+        if pin:
+            self.arena.pin()
+        return self.arena
+
+    def hooks(self):
+        if self.arena is not None:
+            self.arena.reset()
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+
+class _EngineBase:
+    kind = "base"
+
+    def __init__(self, cfg: ModelConfig, train: TrainConfig, device: str):
+        self.cfg, self.train = cfg, train
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.timer = _Timer(self.device)
+        self.arenas: dict[str, HostArena] = {}
+        self.stash: ActivationStash | None = None
+        self.steps_done = 0
+        self.notes: list[str] = []
+        self.impl = "fused"
+
+    def _arena(self, name: str, nbytes: int, node: int | None) -> HostArena:
+        arena = HostArena(nbytes, node, name)
+        self.arenas[name] = arena
+        return arena
+
+    def prepare(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch where the compute wants it (done before timing)."""
+        return tuple(t.to(self.device) for t in batch)
+
+    def _forward_backward(self, model, inputs, labels, autocast: bool = False):
+        """Forward and backward with marks around each; returns (loss, marks)."""
+        ctx = self.stash.hooks() if self.stash is not None else _nullcontext()
+        m0 = self.timer.mark()
+        with ctx:
+            if autocast:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    logits = model(inputs)
+            else:
+                logits = model(inputs)
+            loss = loss_fn(logits, labels)
+        m1 = self.timer.mark()
+        loss.backward()
+        m2 = self.timer.mark()
+        return loss, (m0, m1, m2)
+
+    def _maybe_allocate_stash(self) -> None:
+        if self.stash is not None and self.stash.arena is None and self.steps_done == 1:
+            self.arenas["activations"] = self.stash.allocate(pin=self.cuda)
+
+    def verify(self, nodes_of=page_nodes) -> list[dict]:
+        """Where every placed buffer's pages are; raises PlacementError on any mismatch."""
+        return [a.verify(nodes_of) for a in self.arenas.values()]
+
+    def memory(self) -> dict[str, int]:
+        """Bytes per tier: placed arenas, pinned, the process per node, HBM peaks."""
+        out: dict[str, int] = {}
+        for name, a in self.arenas.items():
+            out[f"placed_{name}"] = a.length
+        out["pinned"] = sum(a.length for a in self.arenas.values() if a.pinned)
+        for node, b in process_bytes_per_node().items():
+            out[f"host_node{node}"] = b
+        if self.cuda:
+            out["hbm_allocated_peak"] = torch.cuda.max_memory_allocated(self.device)
+            out["hbm_reserved_peak"] = torch.cuda.max_memory_reserved(self.device)
+        return out
+
+    def reset_peaks(self) -> None:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def close(self) -> None:
+        for a in self.arenas.values():
+            a.close()
+        self.arenas.clear()
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class OffloadEngine(_EngineBase):
+    kind = "offload"
+
+    def __init__(self, cfg: ModelConfig, train: TrainConfig, placement: Placement,
+                 device: str = "cpu", nvme_dir: str | None = None, impl: str = "fused",
+                 buffer_node: int | None = None, n_buffers: int = 2):
+        """placement: host nodes (ints) for params/optimizer/grads/activations, 'nvme' for
+        params or optimizer (then nvme_dir is the directory), 'device' for activations.
+        buffer_node: the node of the NVMe I/O buffers and bf16 staging when the params
+        themselves are on NVMe (default: the grads' node)."""
+        super().__init__(cfg, train, device)
+        if not isinstance(placement.grads, int):
+            raise ValueError("the offload engine steps on the host: grads_on must be a host tier")
+        if not (isinstance(placement.params, int) or placement.params == "nvme"):
+            raise ValueError("the offload engine keeps master params on a host tier or NVMe")
+        if placement.params == "nvme" and placement.optimizer != "nvme":
+            raise ValueError("params on NVMe need the optimizer state on NVMe too")
+        self.placement, self.impl = placement, impl
+        self.compute_dtype = torch.bfloat16 if self.cuda else torch.float32
+        buffer_node = placement.grads if buffer_node is None else buffer_node
+
+        self.model = build_model(cfg, train)
+        params = list(self.model.parameters())
+        self.numel = sum(p.numel() for p in params)
+        chunk = max(ALIGN_ELEMS, train.chunk_params // ALIGN_ELEMS * ALIGN_ELEMS)
+        self.chunk = min(chunk, -(-self.numel // ALIGN_ELEMS) * ALIGN_ELEMS)
+        initial = torch.cat([p.detach().reshape(-1) for p in params])
+
+        # -- host state on its tiers
+        hyper = hyper_of(train)
+        self.grads = self._arena("grads", HostArena.bytes_for(self.numel, self.compute_dtype), placement.grads).take(self.numel, self.compute_dtype)
+        self.master = None
+        if isinstance(placement.params, int):
+            self.master = self._arena("params", HostArena.bytes_for(self.numel, torch.float32), placement.params).take(self.numel, torch.float32)
+            self.master.copy_(initial)
+        scratch = None
+        if self.compute_dtype != torch.float32:    # bf16 grads are widened chunk by chunk
+            scratch = self._arena("scratch", self.chunk * 4, buffer_node).take(self.chunk, torch.float32)
+        self.nvme: NvmeAdamW | None = None
+        if placement.optimizer == "nvme":
+            if not nvme_dir:
+                raise ValueError("optimizer on NVMe needs nvme_dir")
+            self.nvme = NvmeAdamW(nvme_dir, self.numel, hyper, impl, self.chunk, buffer_node,
+                                  master=self.master, n_buffers=n_buffers, scratch=scratch)
+            self.nvme.initialize(None if self.master is not None else initial)
+            self.arenas["nvme_buffers"] = self.nvme.arena
+        else:
+            state = self._arena("optimizer", HostArena.bytes_for(self.numel, torch.float32, 2),
+                                placement.optimizer)
+            m, v = state.take(self.numel, torch.float32), state.take(self.numel, torch.float32)
+            self.host_opt = HostAdamW(self.master, m, v, self.numel, hyper, impl, self.chunk, scratch)
+        self.staging = None
+        if self.cuda:                              # bf16 copy of updated params, pinned
+            node = placement.params if isinstance(placement.params, int) else buffer_node
+            self.staging = self._arena("staging", HostArena.bytes_for(self.numel, self.compute_dtype), node).take(self.numel, self.compute_dtype)
+            for name in ("grads", "staging"):
+                self.arenas[name].pin()
+
+        # -- compute copy: views into one flat buffer on the device (buffers move as they are)
+        for module in self.model.modules():
+            for name, buf in module._buffers.items():
+                if buf is not None:
+                    module._buffers[name] = buf.to(self.device)
+        self.flat = torch.empty(self.numel, dtype=self.compute_dtype, device=self.device)
+        self.spans = []
+        offset = 0
+        for p in params:
+            n = p.numel()
+            self.flat[offset:offset + n].copy_(initial[offset:offset + n])
+            p.data = self.flat[offset:offset + n].view(p.shape)
+            self.spans.append((p, offset, n))
+            offset += n
+        del initial
+
+        # -- streams and the gradient hooks
+        if self.cuda:
+            self.d2h_stream = torch.cuda.Stream(self.device)
+            self.h2d_stream = torch.cuda.Stream(self.device)
+        self._copy_s = 0.0                         # CPU: time inside the hooks' memcpys
+        for p, offset, n in self.spans:
+            p.register_post_accumulate_grad_hook(self._grad_hook(offset, n))
+
+        if placement.activations != "device":
+            resident = {self.flat.untyped_storage().data_ptr()}
+            resident |= {b.untyped_storage().data_ptr() for b in self.model.buffers()}
+            self.stash = ActivationStash(placement.activations, self.device, resident)
+            self.model.reentrant_checkpoint = True   # checkpoint inputs pass through the hooks
+
+    def _grad_hook(self, offset: int, n: int):
+        dst = self.grads[offset:offset + n]
+
+        def hook(p: torch.Tensor) -> None:
+            g = p.grad
+            if self.cuda:
+                compute = torch.cuda.current_stream(self.device)
+                self.d2h_stream.wait_stream(compute)          # the gradient is complete
+                with torch.cuda.stream(self.d2h_stream):
+                    dst.copy_(g.reshape(-1), non_blocking=True)
+                g.record_stream(self.d2h_stream)              # keep its memory until copied
+            else:
+                t0 = time.perf_counter()
+                dst.copy_(g.reshape(-1))
+                self._copy_s += time.perf_counter() - t0
+            p.grad = None
+        return hook
+
+    def _ship(self, start: int, end: int, p32: torch.Tensor) -> None:
+        """An updated chunk of fp32 params goes back to the compute copy."""
+        if self.cuda:
+            self.staging[start:end].copy_(p32)
+            with torch.cuda.stream(self.h2d_stream):
+                self.flat[start:end].copy_(self.staging[start:end], non_blocking=True)
+        else:
+            t0 = time.perf_counter()
+            self.flat[start:end].copy_(p32)
+            self._copy_s += time.perf_counter() - t0
+
+    def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> StepTimes:
+        t0 = time.perf_counter()
+        self._copy_s = 0.0
+        if self.cuda:
+            torch.cuda.current_stream(self.device).wait_stream(self.h2d_stream)
+        loss, (m0, m1, m2) = self._forward_backward(self.model, inputs, labels)
+        if self.cuda:
+            m_d2h = self.timer.mark(self.d2h_stream)
+            m_d2h.synchronize()                     # the host buffer holds every gradient
+            self.h2d_stream.wait_stream(torch.cuda.current_stream(self.device))
+        backward_copy_s = self._copy_s
+        t_opt = time.perf_counter()
+        io = self.nvme.step(self.grads, self._ship) if self.nvme else self.host_opt.step(self.grads, self._ship)
+        t_opt_end = time.perf_counter()
+        if self.cuda:
+            self.h2d_stream.synchronize()
+        t_end = time.perf_counter()
+        loss_value = float(loss.detach())
+        self.steps_done += 1
+        self._maybe_allocate_stash()
+
+        times = StepTimes(step_s=t_end - t0, loss=loss_value, io=io)
+        times.forward_s = self.timer.seconds(m0, m1)
+        nvme_wait = (io.read_wait_s + io.write_wait_s) if io else 0.0
+        if io:
+            times.nvme_read_s, times.nvme_write_s = io.read_wait_s, io.write_wait_s
+        if self.cuda:
+            times.backward_s = self.timer.seconds(m1, m2)
+            d2h_exposed = max(0.0, self.timer.seconds(m2, m_d2h))
+            times.transfer_s = d2h_exposed + (t_end - t_opt_end)
+            times.optimizer_s = t_opt_end - t_opt - nvme_wait
+        else:
+            times.backward_s = self.timer.seconds(m1, m2) - backward_copy_s
+            ship_s = self._copy_s - backward_copy_s
+            times.transfer_s = self._copy_s
+            times.optimizer_s = t_opt_end - t_opt - nvme_wait - ship_s
+        return times
+
+    def master_params(self) -> torch.Tensor:
+        if self.master is not None:
+            return self.master.clone()
+        return self.nvme.read_params()
+
+    def close(self) -> None:
+        if self.nvme is not None:
+            self.arenas.pop("nvme_buffers", None)
+            self.nvme.close()
+        super().close()
+
+
+class NoOffloadEngine(_EngineBase):
+    """Everything on the device: fp32 params, torch AdamW (fused), bf16 autocast on a GPU."""
+    kind = "none"
+
+    def __init__(self, cfg: ModelConfig, train: TrainConfig, device: str = "cpu",
+                 activations_node: int | None = None, impl: str = "fused"):
+        super().__init__(cfg, train, device)
+        self.model = build_model(cfg, train).to(self.device)
+        self.numel = sum(p.numel() for p in self.model.parameters())
+        h = hyper_of(train)
+        self.impl = impl
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=h.lr, betas=h.betas, eps=h.eps,
+                                     weight_decay=h.weight_decay, fused=impl == "fused",
+                                     foreach=impl == "foreach")
+        if activations_node is not None:
+            resident = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+            resident |= {b.untyped_storage().data_ptr() for b in self.model.buffers()}
+            self.stash = ActivationStash(activations_node, self.device, resident)
+            self.model.reentrant_checkpoint = True
+
+    def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> StepTimes:
+        t0 = time.perf_counter()
+        loss, (m0, m1, m2) = self._forward_backward(self.model, inputs, labels, autocast=self.cuda)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        m3 = self.timer.mark()
+        loss_value = float(loss.detach())          # synchronises
+        t_end = time.perf_counter()
+        self.steps_done += 1
+        self._maybe_allocate_stash()
+        return StepTimes(step_s=t_end - t0, forward_s=self.timer.seconds(m0, m1),
+                         backward_s=self.timer.seconds(m1, m2),
+                         optimizer_s=self.timer.seconds(m2, m3), loss=loss_value)
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Parameters and Adam moments (created by the first step)."""
+        out = list(self.model.parameters())
+        for s in self.opt.state.values():
+            out += [v for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+        return out
+
+    def master_params(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
+
+
+class Fsdp2Engine(_EngineBase):
+    """FSDP2 with CPUOffloadPolicy: the reference users would run. World size 1 unless
+    started by torchrun (then the usual env:// rendezvous, one GPU per rank).
+
+    Sharded fp32 parameters, gradients and Adam state live in (pinned) host memory;
+    FSDP copies parameters H2D before each block's all-gather and gradients D2H after
+    its reduce-scatter; the optimizer steps on the CPU. The compute is bf16
+    (MixedPrecisionPolicy), reductions fp32. The optimizer is torch AdamW, fused when
+    torch supports it on CPU DTensors, else foreach (recorded in `impl`).
+    """
+    kind = "fsdp2_cpu_offload"
+
+    def __init__(self, cfg: ModelConfig, train: TrainConfig, device: str = "cuda:0"):
+        super().__init__(cfg, train, device)
+        if not self.cuda:
+            raise ValueError("FSDP2 CPUOffloadPolicy needs a GPU (CPU offload from a CPU is no offload)")
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+        torch.cuda.set_device(self.device)
+        self._owns_pg = False
+        if not dist.is_initialized():
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:      # torchrun
+                dist.init_process_group("nccl", device_id=self.device)
+            else:
+                dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
+                                        device_id=self.device)
+            self._owns_pg = True
+        mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+        model = build_model(cfg, train)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        offload = CPUOffloadPolicy(pin_memory=True)
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh, mp_policy=mp, offload_policy=offload)
+        fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=offload)
+        self.model = model
+        self.numel = sum(p.numel() for p in model.parameters())
+        self._hyper = hyper_of(train)
+        self.impl = "fused"
+        self.opt = self._optimizer(fused=True)
+
+    def _optimizer(self, fused: bool):
+        h = self._hyper
+        return torch.optim.AdamW(self.model.parameters(), lr=h.lr, betas=h.betas, eps=h.eps,
+                                 weight_decay=h.weight_decay, fused=fused, foreach=not fused)
+
+    def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> StepTimes:
+        t0 = time.perf_counter()
+        loss, (m0, m1, m2) = self._forward_backward(self.model, inputs, labels)
+        torch.cuda.current_stream(self.device).synchronize()
+        t_opt = time.perf_counter()
+        try:
+            self.opt.step()
+        except (RuntimeError, NotImplementedError) as e:
+            if self.impl != "fused" or self.steps_done:
+                raise
+            self.notes.append(f"fused AdamW refused FSDP2's CPU DTensors ({e}); foreach used")
+            self.impl = "foreach"
+            self.opt = self._optimizer(fused=False)
+            self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        t_opt_end = time.perf_counter()
+        loss_value = float(loss.detach())
+        torch.cuda.synchronize(self.device)
+        t_end = time.perf_counter()
+        self.steps_done += 1
+        return StepTimes(step_s=t_end - t0, forward_s=self.timer.seconds(m0, m1),
+                         backward_s=self.timer.seconds(m1, m2),
+                         optimizer_s=t_opt_end - t_opt, loss=loss_value)
+
+    def memory(self) -> dict[str, int]:
+        out = super().memory()
+        out["pinned"] = sum(p.to_local().numel() * p.to_local().element_size()
+                            for p in self.model.parameters() if p.to_local().is_pinned())
+        return out
+
+    def close(self) -> None:
+        import torch.distributed as dist
+        super().close()
+        if self._owns_pg and dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,188 @@
+"""AdamW on flat host buffers, in chunks, with a choice of implementation.
+
+The offload engine keeps fp32 master parameters, Adam moments and gradients as
+flat tensors on host tiers; `HostAdamW` steps them one chunk at a time so that
+each updated chunk can be sent back to the GPU (or written to NVMe) while the
+next one is computed. Every implementation is torch's own functional AdamW
+(`torch.optim.adamw.adamw`) — the same arithmetic as torch.optim.AdamW:
+
+  fused     one ATen kernel per chunk (torch's fused CPU AdamW, vectorised, OpenMP)
+  foreach   torch's multi-tensor path (a few whole-chunk elementwise ops)
+  forloop   torch's single-tensor path (the unfused reference)
+  native    the C core's AdamW, when cxlbench._native provides one
+  deepspeed DeepSpeedCPUAdam, when deepspeed is installed
+
+`probe` measures parameters per second of one implementation on buffers
+placed on given nodes — the figure the step-time model calls R_opt.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.optim.adamw import adamw as _torch_adamw
+
+IMPLS = ("fused", "foreach", "forloop", "native", "deepspeed")
+# AdamW moves ~28 bytes per parameter per step (REFERENCES): fp32 p, m, v read and
+# written (24) + a bf16 gradient read (2) + a bf16 parameter copy written (2).
+BYTES_PER_PARAM = 28
+
+
+@dataclass(frozen=True)
+class AdamWHyper:
+    lr: float = 3e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+
+
+def unavailable(impl: str) -> str | None:
+    """Why an implementation cannot run here, or None."""
+    if impl not in IMPLS:
+        return f"unknown AdamW implementation {impl!r} (known: {', '.join(IMPLS)})"
+    if impl == "fused":
+        try:
+            p = torch.zeros(4)
+            adamw_update([p], [torch.ones(4)], [torch.zeros(4)], [torch.zeros(4)],
+                         [torch.zeros((), dtype=torch.float32)], AdamWHyper(), "fused")
+        except (RuntimeError, NotImplementedError) as e:
+            return f"torch {torch.__version__} has no fused CPU AdamW ({e})"
+    if impl == "native" and _native_adamw() is None:
+        return "the C core (cxlbench._native) has no AdamW kernel"
+    if impl == "deepspeed":
+        try:
+            from deepspeed.ops.adam import DeepSpeedCPUAdam  # noqa: F401
+        except Exception:
+            return "deepspeed is not installed"
+    return None
+
+
+def _native_adamw():
+    try:
+        from cxlbench import _native
+    except ImportError:
+        return None
+    return getattr(_native, "adamw_step", None)
+
+
+def adamw_update(params: list[torch.Tensor], grads: list[torch.Tensor],
+                 exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor],
+                 steps: list[torch.Tensor], hyper: AdamWHyper, impl: str) -> None:
+    """One AdamW step over matching lists of tensors, in place. Each `steps` entry is
+    a 0-d fp32 tensor that the update increments (torch's convention)."""
+    if impl in ("fused", "foreach", "forloop"):
+        _torch_adamw(
+            params, grads, exp_avgs, exp_avg_sqs, [], steps,
+            foreach=impl == "foreach", fused=impl == "fused",
+            amsgrad=False, beta1=hyper.betas[0], beta2=hyper.betas[1], lr=hyper.lr,
+            weight_decay=hyper.weight_decay, eps=hyper.eps, maximize=False)
+    elif impl == "native":
+        kernel = _native_adamw()
+        for p, g, m, v, s in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
+            s += 1
+            kernel(p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), p.numel(),
+                   int(s.item()), hyper.lr, hyper.betas[0], hyper.betas[1], hyper.eps,
+                   hyper.weight_decay)
+    elif impl == "deepspeed":
+        _deepspeed_update(params, grads, exp_avgs, exp_avg_sqs, steps, hyper)
+    else:
+        raise ValueError(unavailable(impl))
+
+
+_DS_OPTIMIZERS: dict[int, object] = {}
+
+
+def _deepspeed_update(params, grads, exp_avgs, exp_avg_sqs, steps, hyper):
+    """DeepSpeedCPUAdam keeps its moments in its own state dict; we hand it ours."""
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+    for p, g, m, v, s in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
+        key = p.data_ptr()
+        opt = _DS_OPTIMIZERS.get(key)
+        if opt is None:
+            opt = DeepSpeedCPUAdam([p], lr=hyper.lr, betas=hyper.betas, eps=hyper.eps,
+                                   weight_decay=hyper.weight_decay, adamw_mode=True)
+            opt.state[p] = {"step": 0, "exp_avg": m, "exp_avg_sq": v}
+            _DS_OPTIMIZERS[key] = opt
+        p.grad = g
+        opt.step()
+        p.grad = None
+        s += 1
+
+
+OnChunk = Callable[[int, int, torch.Tensor], None]
+
+
+class HostAdamW:
+    """AdamW over flat fp32 buffers (params, exp_avg, exp_avg_sq), chunk by chunk.
+
+    grads may be fp32 or bf16 (as they arrive from a GPU); bf16 chunks are widened
+    into a small fp32 scratch buffer first. After each chunk, on_chunk(start, end,
+    updated_params) lets the caller ship the chunk on (copy to the compute copy, H2D).
+    """
+
+    def __init__(self, params: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+                 numel: int, hyper: AdamWHyper, impl: str = "fused", chunk: int = 1 << 22,
+                 scratch: torch.Tensor | None = None):
+        self.p, self.m, self.v = params, exp_avg, exp_avg_sq
+        self.numel, self.hyper, self.impl, self.chunk = numel, hyper, impl, chunk
+        self.bounds = [(s, min(s + chunk, numel)) for s in range(0, numel, chunk)]
+        self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.bounds]
+        self.scratch = scratch
+
+    def step(self, grads: torch.Tensor, on_chunk: OnChunk | None = None) -> None:
+        for i, (s, e) in enumerate(self.bounds):
+            g = widen(grads[s:e], self.scratch)
+            adamw_update([self.p[s:e]], [g], [self.m[s:e]], [self.v[s:e]], [self.steps[i]],
+                         self.hyper, self.impl)
+            if on_chunk is not None:
+                on_chunk(s, e, self.p[s:e])
+
+
+def widen(g: torch.Tensor, scratch: torch.Tensor | None) -> torch.Tensor:
+    """g as fp32: itself when it already is, else copied into scratch (or a new tensor)."""
+    if g.dtype == torch.float32:
+        return g
+    if scratch is None or scratch.numel() < g.numel():
+        return g.float()
+    out = scratch[:g.numel()]
+    out.copy_(g)
+    return out
+
+
+def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
+          nodes: dict[str, int | None] | None = None, hyper: AdamWHyper = AdamWHyper(),
+          grad_dtype: torch.dtype = torch.float32, chunk: int | None = None) -> list[float]:
+    """Parameters per second of one AdamW step over n_params, one figure per step.
+    nodes places p (params), m/v (optimizer) and g (grads) like the training run;
+    chunk steps them in chunks as the engine does (default: one chunk)."""
+    from cxlbench.training.placement import HostArena
+
+    nodes = nodes or {}
+    arenas = []
+
+    def on(key, numel, dtype):
+        arena = HostArena(HostArena.bytes_for(numel, dtype), nodes.get(key), f"probe-{key}")
+        arenas.append(arena)
+        return arena.take(numel, dtype)
+
+    try:
+        p = on("params", n_params, torch.float32)
+        m, v = on("optimizer", n_params, torch.float32), on("optimizer", n_params, torch.float32)
+        g = on("grads", n_params, grad_dtype)
+        p.normal_(0, 0.02)
+        g.normal_(0, 1e-3)
+        scratch = None if grad_dtype == torch.float32 else on("grads", chunk or n_params, torch.float32)
+        opt = HostAdamW(p, m, v, n_params, hyper, impl, chunk=chunk or n_params, scratch=scratch)
+        rates = []
+        for i in range(warmup + steps):
+            t0 = time.perf_counter()
+            opt.step(g)
+            dt = time.perf_counter() - t0
+            if i >= warmup:
+                rates.append(n_params / dt)
+        return rates
+    finally:
+        for a in arenas:
+            a.close()

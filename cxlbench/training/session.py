@@ -1,0 +1,177 @@
+"""One training measurement from start to end: build the engine for a placement,
+verify where its pages are, run warm-up and steady steps, measure the rates the
+step-time model needs on the same buffers, and compare.
+
+The benchmark family (cxlbench.benchmarks.training) turns a RunResult into
+samples; tests call `run` directly on small configs.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import torch
+
+from cxlbench.training import probes
+from cxlbench.training.configs import TrainConfig, model_config
+from cxlbench.training.data import MarkovTokens
+from cxlbench.training.engine import (Fsdp2Engine, NoOffloadEngine, OffloadEngine, StepTimes,
+                                      hyper_of)
+from cxlbench.training.optimizer import probe as adamw_probe
+from cxlbench.training.placement import Placement, page_nodes, verify
+from cxlbench.training.stepmodel import Prediction, Rates, Verdict, Workload, compare, predict
+
+PROBE_MAX_PARAMS = 1 << 26      # rate probes work on at most this many parameters (1 GiB fp32)
+ENGINES = ("offload", "none", "fsdp2_cpu_offload")
+
+
+@dataclass
+class RunSpec:
+    config: str
+    engine: str                       # offload / none / fsdp2_cpu_offload
+    train: TrainConfig
+    placement: Placement
+    device: str = "cpu"               # cpu, cuda:0
+    nvme_dir: str | None = None
+    impl: str = "fused"               # CPU AdamW implementation
+    buffer_node: int | None = None    # NVMe I/O buffers and staging when params are on NVMe
+    local_node: int | None = None     # where the no-offload engine's state should land (CPU run)
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    n_params: int
+    tokens_per_step: int
+    flops_per_token: int
+    warmup: list[StepTimes]
+    steps: list[StepTimes]
+    rates: Rates
+    peak_flops: float
+    prediction: Prediction
+    verdict: Verdict
+    placement_before: list[dict]
+    placement_after: list[dict]
+    memory: dict[str, int]
+    impl: str
+    o_direct: bool | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def losses(self) -> list[float]:
+        return [s.loss for s in self.warmup + self.steps]
+
+    @property
+    def loss_fell(self) -> bool:
+        """The last steps' loss is clearly below the first step's."""
+        tail = statistics.median(self.losses[-3:])
+        return tail < self.losses[0] - 0.05 * abs(self.losses[0])
+
+    def median(self, attr: str) -> float:
+        return statistics.median(getattr(s, attr) for s in self.steps)
+
+
+def build_engine(spec: RunSpec):
+    model = model_config(spec.config)
+    if spec.engine == "offload":
+        return OffloadEngine(model, spec.train, spec.placement, spec.device, spec.nvme_dir,
+                             spec.impl, spec.buffer_node)
+    if spec.engine == "none":
+        act = spec.placement.activations
+        return NoOffloadEngine(model, spec.train, spec.device,
+                               act if isinstance(act, int) else None, spec.impl)
+    if spec.engine == "fsdp2_cpu_offload":
+        return Fsdp2Engine(model, spec.train, spec.device)
+    raise ValueError(f"unknown engine {spec.engine!r} (known: {', '.join(ENGINES)})")
+
+
+def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
+    cfg, train = model_config(spec.config), spec.train
+    data = MarkovTokens(cfg.vocab_size, seed=train.seed)
+    engine = build_engine(spec)
+    try:
+        batches = [engine.prepare(b) for b in
+                   data.batches(train.warmup_steps + train.steps, train.batch, train.seq_len)]
+        before = engine.verify(nodes_of)
+        warmup = [engine.step(*b) for b in batches[:train.warmup_steps]]
+        engine.reset_peaks()
+        steps = [engine.step(*b) for b in batches[train.warmup_steps:]]
+        after = engine.verify(nodes_of) + _verify_device_state(engine, spec, nodes_of)
+        memory = engine.memory()
+        rates, peak = _rates(engine, spec)
+        notes = list(engine.notes)
+        o_direct = engine.nvme.o_direct if getattr(engine, "nvme", None) else None
+        if o_direct is False:
+            notes.append("the NVMe directory refused O_DIRECT: reads may come from the page cache")
+        if not engine.cuda:
+            notes.append("CPU run: the model computes on the CPU; 'transfer' is memcpy into and out "
+                         "of the placed buffers, not PCIe")
+        numel, impl = engine.numel, engine.impl
+    finally:
+        engine.close()
+
+    workload = Workload(
+        n_params=numel, n_params_nonembed=numel - cfg.vocab_size * cfg.dim,
+        n_layers=cfg.n_layers, dim=cfg.dim, seq_len=train.seq_len,
+        tokens_per_step=train.batch * train.seq_len,
+        grad_bytes=2 if engine.cuda else 4, param_bytes=2 if engine.cuda else 4,
+        nvme_bytes=(12 if spec.placement.params == "nvme" else 8) if spec.placement.optimizer == "nvme" else 0,
+        offload=spec.engine != "none", chunks=max(1, -(-numel // max(1, train.chunk_params))))
+    overlap = {"none": "none", "fsdp2_cpu_offload": "serial"}.get(
+        spec.engine, "overlapped" if engine.cuda else "serial")
+    prediction = predict(workload, rates, overlap)
+    measured = {"compute": statistics.median(s.forward_s + s.backward_s for s in steps),
+                "optimizer": statistics.median(s.optimizer_s for s in steps)}
+    if spec.engine == "offload":
+        measured["transfer"] = statistics.median(s.transfer_s for s in steps)
+    if any(s.io for s in steps) and spec.placement.optimizer == "nvme":
+        measured["nvme"] = statistics.median(s.io.read_busy_s + s.io.write_busy_s for s in steps)
+    verdict = compare(prediction, statistics.median(s.step_s for s in steps), measured)
+    return RunResult(spec, numel, workload.tokens_per_step, workload.flops_per_token,
+                     warmup, steps, rates, peak, prediction, verdict, before, after, memory,
+                     impl, o_direct, notes)
+
+
+def _verify_device_state(engine, spec: RunSpec, nodes_of) -> list[dict]:
+    """The no-offload engine on a CPU keeps params and moments in ordinary memory:
+    check they landed on the initiator's node (first touch from its CPUs)."""
+    if spec.engine != "none" or engine.cuda or spec.local_node is None:
+        return []
+    return [verify(t, spec.local_node, f"state[{i}]", nodes_of)
+            for i, t in enumerate(engine.state_tensors()) if t.numel() * t.element_size() >= 4096]
+
+
+def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
+    """F_eff at the model's largest GEMM, the peak matrix rate, copy rates over the
+    engine's own buffers, R_opt on the same tiers, NVMe bandwidth on the same file."""
+    cfg, train = model_config(spec.config), spec.train
+    dtype = torch.bfloat16 if engine.cuda else torch.float32
+    tokens = train.batch * train.seq_len
+    f_eff = probes.matmul_flops(engine.device, dtype, tokens, cfg.dim, cfg.ffn_hidden)
+    peak = probes.peak_matmul_flops(engine.device, dtype)
+    n = min(engine.numel, PROBE_MAX_PARAMS)
+    d2h = h2d = opt = nvme_r = nvme_w = None
+    p = spec.placement
+    if spec.engine == "offload":
+        d2h = probes.copy_Bps(engine.grads[:n], engine.flat[:n])
+        src = engine.staging if engine.cuda else (engine.master if engine.master is not None else engine.grads)
+        h2d = probes.copy_Bps(engine.flat[:n], src[:n])
+        buffer = spec.buffer_node if spec.buffer_node is not None else p.grads
+        nodes = {"params": p.params if isinstance(p.params, int) else buffer,
+                 "optimizer": p.optimizer if isinstance(p.optimizer, int) else buffer,
+                 "grads": p.grads}
+        opt = statistics.median(adamw_probe(n, spec.impl, steps=5, nodes=nodes,
+                                            hyper=hyper_of(train), grad_dtype=dtype,
+                                            chunk=engine.chunk))
+        if engine.nvme is not None:
+            from cxlbench.training.nvme_optimizer import file_bandwidth
+            bw = file_bandwidth(engine.nvme)
+            nvme_r, nvme_w = bw["read_GBps"] * 1e9, bw["write_GBps"] * 1e9
+    elif spec.engine == "none":
+        if engine.cuda:
+            opt = probes.device_adamw_params_per_s(n, engine.device, "fused")
+        else:
+            opt = statistics.median(adamw_probe(n, engine.impl, steps=5))
+    else:                                      # FSDP2: host AdamW on ordinary memory
+        opt = statistics.median(adamw_probe(n, "foreach" if engine.impl == "foreach" else "fused", steps=3))
+    return Rates(f_eff, d2h, h2d, opt, nvme_r, nvme_w), peak

@@ -1,0 +1,152 @@
+"""The step-time model: what a training step should cost, from microbenchmark rates.
+
+Terms (../shared/REFERENCES.md, "Training offload"):
+
+    compute   (6·N_ne + 12·L·d·S) · T / F_eff         forward + backward
+    d2h, h2d  grad_bytes·N / B_d2h, param_bytes·N / B_h2d   (2N / B_pcie in bf16)
+    optimizer N / R_opt
+    nvme      file_bytes / B_read + file_bytes / B_write     (12N each way with params in the file)
+
+N is every parameter (all are transferred and stepped), N_ne leaves out the token
+embedding (torchtitan's FLOPs count), T the tokens per step, S the sequence length.
+
+How the terms add up depends on what the engine overlaps:
+  - "serial": nothing overlaps (the CPU run: every copy is a memcpy on the same cores)
+      step = compute + d2h + h2d + max(optimizer, nvme)
+  - "overlapped": the offload engine on a GPU — gradients stream to host during
+      backward (about 2/3 of compute), parameters stream back chunk by chunk while
+      the next chunk is stepped, NVMe I/O is double-buffered with the update:
+      step = compute + max(0, d2h - 2/3·compute) + max(optimizer, nvme, h2d) + h2d/chunks
+  - "none": no offload, state on the device: step = compute + optimizer
+
+A measured step more than `tolerance` (20%) away from the model is flagged, with
+the terms that disagree; faster than the model is suspicious (wrong tier, lazy
+allocation, a missing sync) until explained.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Figures measured on the same machine, in the same run."""
+    flops_per_s: float              # F_eff: matrix rate at the model's shapes, compute dtype
+    d2h_Bps: float | None = None    # B_copy device -> host (PCIe), or host memcpy on a CPU run
+    h2d_Bps: float | None = None    # B_copy host -> device
+    opt_params_per_s: float | None = None   # R_opt on the optimizer's tier
+    nvme_read_Bps: float | None = None
+    nvme_write_Bps: float | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    n_params: int                   # N, all parameters
+    n_params_nonembed: int          # N without the token embedding
+    n_layers: int
+    dim: int
+    seq_len: int
+    tokens_per_step: int
+    grad_bytes: int = 2             # per parameter, device -> host (bf16)
+    param_bytes: int = 2            # per parameter, host -> device (bf16)
+    nvme_bytes: int = 0             # per parameter, in the optimizer file (8: m, v; 12: + p)
+    offload: bool = True            # grads and params cross to the host
+    chunks: int = 1                 # optimizer chunks (for the pipelined H2D tail)
+
+    @property
+    def flops_per_token(self) -> int:
+        return 6 * self.n_params_nonembed + 12 * self.n_layers * self.dim * self.seq_len
+
+
+@dataclass
+class Prediction:
+    terms: dict[str, float]         # seconds per term
+    step_s: float
+    overlap: str
+
+    def as_dict(self) -> dict:
+        return {"step_s": self.step_s, "overlap": self.overlap, **{f"{k}_s": v for k, v in self.terms.items()}}
+
+
+def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
+    """Seconds per step and per term. Terms whose rate is unknown are left out."""
+    terms = {"compute": w.flops_per_token * w.tokens_per_step / r.flops_per_s}
+    if w.offload and r.d2h_Bps and r.h2d_Bps:
+        terms["d2h"] = w.grad_bytes * w.n_params / r.d2h_Bps
+        terms["h2d"] = w.param_bytes * w.n_params / r.h2d_Bps
+    if r.opt_params_per_s:
+        terms["optimizer"] = w.n_params / r.opt_params_per_s
+    if w.nvme_bytes and r.nvme_read_Bps and r.nvme_write_Bps:
+        terms["nvme"] = (w.nvme_bytes * w.n_params / r.nvme_read_Bps
+                         + w.nvme_bytes * w.n_params / r.nvme_write_Bps)
+    c, d2h, h2d = terms["compute"], terms.get("d2h", 0.0), terms.get("h2d", 0.0)
+    opt, nvme = terms.get("optimizer", 0.0), terms.get("nvme", 0.0)
+    if overlap == "none":
+        step = c + opt
+    elif overlap == "serial":
+        step = c + d2h + h2d + max(opt, nvme)
+    elif overlap == "overlapped":
+        step = c + max(0.0, d2h - 2 * c / 3) + max(opt, nvme, h2d) + h2d / max(1, w.chunks)
+    else:
+        raise ValueError(f"unknown overlap {overlap!r} (serial, overlapped, none)")
+    return Prediction(terms, step, overlap)
+
+
+def tokens_to_hide_optimizer(flops_per_s: float, opt_params_per_s: float) -> float:
+    """T* ≈ F_eff / (6·R_opt): tokens per step at which the compute (6N·T/F) lasts
+    as long as the CPU optimizer step (N/R), whatever N is."""
+    return flops_per_s / (6 * opt_params_per_s)
+
+
+@dataclass
+class Disagreement:
+    term: str
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_s / self.predicted_s
+
+    def __str__(self) -> str:
+        side = "slower" if self.ratio > 1 else "faster"
+        return (f"{self.term}: measured {self.measured_s * 1e3:.3g} ms, model {self.predicted_s * 1e3:.3g} ms "
+                f"({abs(self.ratio - 1) * 100:.0f}% {side})")
+
+
+@dataclass
+class Verdict:
+    prediction: Prediction
+    measured_step_s: float
+    disagreements: list[Disagreement] = field(default_factory=list)
+    tolerance: float = 0.2
+
+    @property
+    def flagged(self) -> bool:
+        return any(d.term == "step" for d in self.disagreements)
+
+    @property
+    def summary(self) -> str:
+        """'' when the step agrees; else the step's disagreement and the terms that disagree."""
+        return "; ".join(str(d) for d in self.disagreements) if self.flagged else ""
+
+
+def compare(pred: Prediction, measured_step_s: float, measured_terms: dict[str, float],
+            tolerance: float = 0.2) -> Verdict:
+    """Flag the step and each term whose measurement is more than `tolerance` away
+    from the model (relative to the model). measured_terms uses the model's term
+    names (compute, d2h, h2d, optimizer, nvme, or 'transfer' for d2h + h2d)."""
+    verdict = Verdict(pred, measured_step_s, tolerance=tolerance)
+    predicted = dict(pred.terms)
+    if "d2h" in predicted:
+        predicted["transfer"] = predicted["d2h"] + predicted["h2d"]
+
+    def check(term: str, measured: float, model: float) -> None:
+        if model > 0 and abs(measured / model - 1) > tolerance:
+            verdict.disagreements.append(Disagreement(term, measured, model))
+
+    check("step", measured_step_s, pred.step_s)
+    for term, value in measured_terms.items():
+        if term in predicted:
+            check(term, value, predicted[term])
+    return verdict

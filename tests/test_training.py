@@ -1,0 +1,363 @@
+"""Training workload: the model, the data, the engines, the NVMe optimizer, placement
+checks, planning with and without a GPU, and the step-time model's arithmetic.
+
+Behaviour only, no timing assertions. One torch thread: the figures do not matter
+here, and two OpenMP threads on a shared 2-core VM stall each other badly.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from cxlbench.training.configs import MODELS, model_config, train_config
+from cxlbench.training.data import MarkovTokens
+from cxlbench.training.engine import NoOffloadEngine, OffloadEngine
+from cxlbench.training.model import Attention, Transformer, apply_rope, loss_fn, rope_tables
+from cxlbench.training.nvme_optimizer import NvmeAdamW
+from cxlbench.training.optimizer import AdamWHyper, HostAdamW, unavailable
+from cxlbench.training.placement import (HostArena, Placement, PlacementError,
+                                         process_bytes_per_node, verify)
+from cxlbench.training.stepmodel import (Rates, Workload, compare, predict,
+                                         tokens_to_hide_optimizer)
+
+NODE0 = 0 if os.path.isdir("/sys/devices/system/node/node0") else None
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before, cpus = torch.get_num_threads(), os.sched_getaffinity(0)
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+    os.sched_setaffinity(0, cpus)            # measure() pins to the initiator's CPUs
+
+
+# ---- the model ----------------------------------------------------------------
+
+def test_config_parameter_count_matches_the_module():
+    for name in ("tiny", "small"):
+        cfg = model_config(name)
+        model = Transformer(cfg, max_seq_len=32)
+        assert sum(p.numel() for p in model.parameters()) == cfg.num_params()
+        assert cfg.num_params(embeddings=False) == cfg.num_params() - cfg.vocab_size * cfg.dim
+    # the published shapes: Llama 3.1 8B untied has 8.03e9 parameters
+    assert abs(MODELS["8b"].num_params() - 8.03e9) / 8.03e9 < 0.01
+    assert 1.2e9 < MODELS["1b"].num_params() < 1.6e9
+
+
+def test_forward_shapes_and_loss_at_init_is_log_vocab():
+    cfg = model_config("tiny")
+    torch.manual_seed(0)
+    model = Transformer(cfg, max_seq_len=64)
+    inputs, labels = MarkovTokens(cfg.vocab_size).batch(0, batch=4, seq_len=64)
+    logits = model(inputs)
+    assert logits.shape == (4, 64, cfg.vocab_size)
+    # The final RMSNorm gives h unit RMS, the output weights are N(0, init_std²), so each
+    # logit is ~N(0, σ²) with σ² = dim·init_std² = 64·4e-4 = 0.0256. For such logits
+    # E[cross-entropy] ≈ log V + σ²/2 = log V + 0.013; the mean over 256 tokens varies
+    # by a few thousandths. 0.05 nats holds that with a wide margin, yet catches a
+    # wrong init scale (σ = 1 would add 0.5) or a broken softmax.
+    loss = loss_fn(logits, labels).item()
+    assert abs(loss - math.log(cfg.vocab_size)) < 0.05
+
+
+def _naive_attention(attn: Attention, x, cos, sin):
+    """Grouped-query attention written out: per head, softmax(q kᵀ/√d + causal mask) v."""
+    b, s, _ = x.shape
+    q = apply_rope(attn.wq(x).view(b, s, attn.n_heads, attn.head_dim), cos, sin)
+    k = apply_rope(attn.wk(x).view(b, s, attn.n_kv_heads, attn.head_dim), cos, sin)
+    v = attn.wv(x).view(b, s, attn.n_kv_heads, attn.head_dim)
+    group = attn.n_heads // attn.n_kv_heads
+    heads = []
+    mask = torch.full((s, s), float("-inf")).triu(1)
+    for h in range(attn.n_heads):
+        kv = h // group                       # query head h reads kv head h // group
+        scores = q[:, :, h] @ k[:, :, kv].transpose(1, 2) / math.sqrt(attn.head_dim) + mask
+        heads.append(scores.softmax(-1) @ v[:, :, kv])
+    return attn.wo(torch.cat(heads, dim=-1))
+
+
+def test_gqa_attention_matches_a_naive_reference():
+    cfg = model_config("tiny")                # 4 query heads share 2 kv heads
+    torch.manual_seed(1)
+    attn = Attention(cfg)
+    cos, sin = rope_tables(cfg.head_dim, 16, cfg.rope_theta)
+    x = torch.randn(2, 16, cfg.dim)
+    torch.testing.assert_close(attn(x, cos, sin), _naive_attention(attn, x, cos, sin),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_rope_depends_only_on_relative_position():
+    cos, sin = rope_tables(16, 32, 10000.0)
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+
+    def at(x, pos):                           # x placed at position pos
+        seq = torch.zeros(1, pos + 1, 1, 16)
+        seq[:, pos] = x[:, 0]
+        return apply_rope(seq, cos, sin)[:, pos]
+
+    dot = lambda m, n: (at(q, m) * at(k, n)).sum()  # noqa: E731
+    torch.testing.assert_close(dot(5, 2), dot(13, 10))
+    assert at(q, 7).norm() == pytest.approx(q.norm().item(), rel=1e-5)
+
+
+def test_data_is_deterministic_and_learnable():
+    data = MarkovTokens(256, seed=3)
+    a, b = data.batch(5, 2, 32), data.batch(5, 2, 32)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[0][:, 1:], a[1][:, :-1])
+    assert not torch.equal(a[0], data.batch(6, 2, 32)[0])
+    assert data.entropy < 0.3 * math.log(256)     # far below where the model starts
+
+
+def test_loss_falls_on_the_tiny_config():
+    cfg = model_config("tiny")
+    train = train_config("tiny", batch=8, seq_len=64)
+    engine = NoOffloadEngine(cfg, train, "cpu")
+    data = MarkovTokens(cfg.vocab_size)
+    losses = [engine.step(*b).loss for b in data.batches(40, 8, 64)]
+    assert losses[0] == pytest.approx(math.log(cfg.vocab_size), abs=0.05)
+    assert sum(losses[-5:]) / 5 < losses[0] - 1.5
+
+
+# ---- optimizers -----------------------------------------------------------------
+
+def _reference_adamw(p0: torch.Tensor, grads: list[torch.Tensor], hyper: AdamWHyper, impl: str):
+    p = torch.nn.Parameter(p0.clone())
+    opt = torch.optim.AdamW([p], lr=hyper.lr, betas=hyper.betas, eps=hyper.eps,
+                            weight_decay=hyper.weight_decay, fused=impl == "fused",
+                            foreach=impl == "foreach")
+    for g in grads:
+        p.grad = g.clone()
+        opt.step()
+    return p.detach()
+
+
+@pytest.mark.parametrize("impl", ["fused", "foreach", "forloop"])
+@pytest.mark.parametrize("params_in_file", [True, False])
+def test_nvme_optimizer_gives_the_same_parameters_as_in_memory_adamw(tmp_path, impl, params_in_file):
+    if unavailable(impl):
+        pytest.skip(unavailable(impl))
+    n = 50_000 + 13                            # not a multiple of the chunk: a short last record
+    hyper = AdamWHyper(lr=1e-2)
+    p0 = torch.randn(n, generator=torch.Generator().manual_seed(0)) * 0.02
+    grads = [torch.randn(n, generator=torch.Generator().manual_seed(s)) * 1e-2 for s in range(1, 6)]
+    master = None if params_in_file else p0.clone()
+    with NvmeAdamW(str(tmp_path), n, hyper, impl, chunk=8192, buffer_node=NODE0, master=master,
+                   n_buffers=2) as opt:
+        opt.initialize(p0 if params_in_file else None)
+        for g in grads:
+            io = opt.step(g)
+        assert io.bytes_read == io.bytes_written == opt.file_bytes
+        got = opt.read_params()
+    # the same ATen kernel on the same elements: bitwise equal
+    assert torch.equal(got, _reference_adamw(p0, grads, hyper, impl))
+
+
+def test_host_adamw_in_chunks_with_bf16_grads_matches_whole_tensor_adamw():
+    n = 10_000
+    hyper = AdamWHyper()
+    p0 = torch.randn(n) * 0.02
+    grads = [(torch.randn(n) * 1e-2).bfloat16() for _ in range(3)]
+    opt = HostAdamW(p0.clone(), torch.zeros(n), torch.zeros(n), n, hyper, "fused", chunk=3000,
+                    scratch=torch.empty(3000))
+    for g in grads:
+        opt.step(g)
+    assert torch.equal(opt.p, _reference_adamw(p0, [g.float() for g in grads], hyper, "fused"))
+
+
+def _engine_pair(**placement):
+    cfg = model_config("tiny")
+    train = train_config("tiny", batch=4, seq_len=32, chunk_params=1 << 14)
+    return cfg, train, MarkovTokens(cfg.vocab_size).batches(4, 4, 32)
+
+
+@pytest.mark.parametrize("where", ["ddr", "nvme", "activations"])
+def test_offload_engine_trains_like_plain_training(tmp_path, where):
+    cfg, train, batches = _engine_pair()
+    ref = NoOffloadEngine(cfg, train, "cpu")
+    ref_losses = [ref.step(*b).loss for b in batches]
+    placement = {"ddr": Placement(NODE0, NODE0, NODE0),
+                 "nvme": Placement("nvme", "nvme", NODE0),
+                 "activations": Placement(NODE0, NODE0, NODE0, activations=NODE0)}[where]
+    if where == "activations" and NODE0 is None:
+        pytest.skip("no NUMA node 0 to hold activations")
+    engine = OffloadEngine(cfg, train, placement, "cpu", nvme_dir=str(tmp_path))
+    try:
+        times = [engine.step(*b) for b in batches]
+        engine.verify()                        # every placed buffer is on its node
+        got = engine.master_params()
+    finally:
+        engine.close()
+    # Same model, data and AdamW; only the grouping of the update differs (chunks of
+    # the flat vector vs per-parameter tensors), which moves results by fp32 rounding.
+    torch.testing.assert_close(got, ref.master_params(), rtol=1e-5, atol=1e-6)
+    assert [t.loss for t in times] == pytest.approx(ref_losses, rel=1e-5)
+    assert all(t.step_s >= t.forward_s + t.backward_s for t in times)
+    if where == "nvme":
+        assert all(t.io.bytes_read > 0 for t in times)
+
+
+def test_activation_checkpointing_recomputes_the_same_gradients():
+    cfg = model_config("tiny")
+    data = MarkovTokens(cfg.vocab_size).batches(2, 2, 32)
+    results = []
+    for ac in (False, True):
+        engine = NoOffloadEngine(cfg, train_config("tiny", batch=2, seq_len=32,
+                                                   activation_checkpointing=ac), "cpu")
+        [engine.step(*b) for b in data]
+        results.append(engine.master_params())
+    torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-7)
+
+
+# ---- placement ------------------------------------------------------------------
+
+def test_verification_catches_a_tensor_on_the_wrong_node():
+    t = torch.zeros(4096)                      # 16 KiB: four pages
+    on_node1_at_page_2 = lambda addr, length: [0, 0, 1, 0]  # noqa: E731
+    with pytest.raises(PlacementError, match=r"asked node 0, found 1 on node 1"):
+        verify(t, 0, "exp_avg", nodes_of=on_node1_at_page_2)
+    never_touched = lambda addr, length: [0, -2, -2, 0]     # noqa: E731
+    with pytest.raises(PlacementError, match="2 not present"):
+        verify(t, 0, "exp_avg", nodes_of=never_touched)
+    record = verify(t, 0, "exp_avg", nodes_of=lambda a, n: [0, 0, 0, 0])
+    assert record["found"] == {"0": 4} and record["pages_checked"] == 4
+
+
+def test_an_engine_refuses_to_measure_when_a_buffer_is_elsewhere():
+    cfg = model_config("tiny")
+    engine = OffloadEngine(cfg, train_config("tiny", batch=2, seq_len=16), Placement(0, 0, 0), "cpu")
+    try:
+        with pytest.raises(PlacementError, match="node 1"):
+            engine.verify(nodes_of=lambda addr, length: [1] * 4)
+    finally:
+        engine.close()
+
+
+@pytest.mark.skipif(NODE0 is None, reason="no NUMA node 0")
+def test_arena_pages_really_are_on_the_node():
+    with HostArena(1 << 20, NODE0, "probe") as arena:
+        t = arena.take(1000, torch.float32)
+        assert t.data_ptr() % HostArena.ALIGN == 0
+        record = arena.verify()
+        assert record["found"] == {str(NODE0): (1 << 20) // 4096}
+
+
+def test_process_bytes_per_node_reads_numa_maps():
+    text = ("7f00 default anon=3 dirty=3 N0=2 N1=1 kernelpagesize_kB=4\n"
+            "7f80 bind:1 anon=1 N1=1 kernelpagesize_kB=2048\n")
+    assert process_bytes_per_node(text) == {0: 8192, 1: 4096 + 2 * 2**20}
+
+
+# ---- the step-time model --------------------------------------------------------
+
+def test_step_model_arithmetic_on_known_inputs():
+    w = Workload(n_params=10**9, n_params_nonembed=10**9, n_layers=16, dim=2048, seq_len=2048,
+                 tokens_per_step=8192, grad_bytes=2, param_bytes=2, nvme_bytes=12, chunks=4)
+    r = Rates(flops_per_s=4e14, d2h_Bps=5e10, h2d_Bps=5e10, opt_params_per_s=1.25e9,
+              nvme_read_Bps=5e9, nvme_write_Bps=2.5e9)
+    assert w.flops_per_token == 6 * 10**9 + 12 * 16 * 2048 * 2048 == 6_805_306_368
+    p = predict(w, r, "serial")
+    assert p.terms["compute"] == pytest.approx(6_805_306_368 * 8192 / 4e14)    # 0.13937 s
+    assert p.terms["d2h"] == pytest.approx(0.04) and p.terms["h2d"] == pytest.approx(0.04)
+    assert p.terms["optimizer"] == pytest.approx(0.8)
+    assert p.terms["nvme"] == pytest.approx(12 / 5 + 12 / 2.5)                 # 7.2 s
+    assert p.step_s == pytest.approx(p.terms["compute"] + 0.08 + 7.2)
+    over = predict(w, r, "overlapped")        # d2h hides in backward; h2d behind the update
+    assert over.step_s == pytest.approx(p.terms["compute"] + 7.2 + 0.04 / 4)
+    assert predict(w, r, "none").step_s == pytest.approx(p.terms["compute"] + 0.8)
+    assert tokens_to_hide_optimizer(4e14, 1.25e9) == pytest.approx(53_333.33, rel=1e-6)
+
+    agree = compare(p, 1.1 * p.step_s, {"compute": p.terms["compute"], "nvme": 7.0})
+    assert not agree.flagged and agree.summary == ""
+    off = compare(p, 2 * p.step_s, {"compute": p.terms["compute"], "nvme": 14.0, "optimizer": 0.81})
+    assert off.flagged
+    assert [d.term for d in off.disagreements] == ["step", "nvme"]
+    assert "nvme" in off.summary and "slower" in off.summary
+
+
+# ---- the benchmark family -------------------------------------------------------
+
+def _env(tmp_path, gpu: bool, cxl_free: int = 64 << 30):
+    from cxlbench.benchmarks.base import Env
+    from cxlbench.topology.model import Cpu, Environment, Gpu, Initiator, Machine, Node, Tier
+    nodes = {0: Node(0, [0, 1], 64 << 30, 60 << 30, {0: 10, 1: 20}),
+             1: Node(1, [], 64 << 30, cxl_free, {0: 20, 1: 10})}
+    machine = Machine("fixture", Cpu("x", "GenuineIntel", 1, 2, 2, False, [], []), nodes,
+                      Environment(None, None, None, None, None, None, None, False, None, None, "6.8"),
+                      gpus=[Gpu(0, "NVIDIA H200", 141 << 30, numa_node=0)] if gpu else [])
+    tiers = {"ddr0": Tier("ddr0", "ddr", node=0, free_bytes=60 << 30),
+             "cxl1": Tier("cxl1", "cxl", node=1, free_bytes=cxl_free),
+             "nvme0": Tier("nvme0", "nvme", path=str(tmp_path), free_bytes=1 << 40)}
+    inits = {"cpu:node0": Initiator("cpu:node0", "cpu", 0, [0])}      # one thread: see one_thread
+    if gpu:
+        tiers["hbm0"] = Tier("hbm0", "hbm", gpu=0, free_bytes=140 << 30)
+        inits["gpu:0"] = Initiator("gpu:0", "gpu", node=0, gpu=0)
+    return Env(machine, tiers, inits, {})
+
+
+SPEC = {"name": "training", "mode": "train", "config": ["tiny"], "steps": 3, "warmup_steps": 1,
+        "engine": ["offload", "none", "fsdp2_cpu_offload"],
+        "optimizer_on": ["ddr", "cxl", "nvme", "hbm"]}
+
+
+def _by(planned):
+    return {(p.case.initiator, p.case.target, p.case.params["engine"]): p for p in planned}
+
+
+def test_planning_without_a_gpu_skips_gpu_cases_and_runs_cpu_ones(tmp_path):
+    from cxlbench.benchmarks import training
+    planned = _by(training.plan(SPEC, _env(tmp_path, gpu=False)))
+    gpu_cases = {k: p for k, p in planned.items() if k[0] == "gpu:0"}
+    assert {(t, e) for _, t, e in gpu_cases} == {("ddr0", "offload"), ("cxl1", "offload"),
+                                                  ("nvme0", "offload"), ("hbm0", "none"),
+                                                  ("ddr0", "fsdp2_cpu_offload")}
+    assert all(p.skip == "no GPU" for p in gpu_cases.values())
+    cpu_cases = {k: p for k, p in planned.items() if k[0] == "cpu:node0"}
+    assert {(t, e) for _, t, e in cpu_cases} == {("ddr0", "offload"), ("cxl1", "offload"),
+                                                  ("nvme0", "offload"), ("ddr0", "none")}
+    assert all(p.skip is None for p in cpu_cases.values())
+    nvme = planned[("cpu:node0", "nvme0", "offload")].case
+    assert nvme.tier_kind == "nvme" and nvme.params["params_on"] == "nvme0"
+    assert nvme.params["grads_on"] == "ddr0" and nvme.repetitions == 3 and nvme.warmup == 1
+
+
+def test_planning_with_a_gpu_runs_gpu_cases_and_explains_what_cannot_fit(tmp_path):
+    from cxlbench.benchmarks import training
+    planned = _by(training.plan(SPEC, _env(tmp_path, gpu=True, cxl_free=1 << 20)))
+    assert all(k[0] == "gpu:0" for k in planned)          # no CPU-compute cases by default
+    assert planned[("gpu:0", "hbm0", "none")].skip is None
+    assert planned[("gpu:0", "ddr0", "fsdp2_cpu_offload")].skip is None
+    assert planned[("gpu:0", "nvme0", "offload")].skip is None
+    assert "cxl1" in planned[("gpu:0", "cxl1", "offload")].skip     # 1 MiB free on the CXL node
+    assert "GiB free" in planned[("gpu:0", "cxl1", "offload")].skip
+    no_cxl = dict(SPEC, optimizer_on=["cxl"])
+    env = _env(tmp_path, gpu=True)
+    del env.tiers["cxl1"]
+    (only,) = training.plan(dict(no_cxl, engine=["offload"]), env)
+    assert "no CXL tier" in only.skip
+
+
+def test_measure_yields_registered_metrics_and_a_step_model_verdict(tmp_path):
+    from cxlbench.benchmarks import training
+    from cxlbench.results.schema import METRICS
+    env = _env(tmp_path, gpu=False)
+    env.tiers = {k: v for k, v in env.tiers.items() if k != "cxl1"}
+    env.machine.nodes.pop(1)
+    if NODE0 is None:
+        pytest.skip("no NUMA node 0")
+    planned = training.plan(dict(SPEC, engine=["offload"], optimizer_on=["nvme"]), env)
+    (case,) = [p.case for p in planned if p.skip is None]
+    info: dict = {}
+    samples = training.measure(case, env, info)
+    torch.set_num_threads(1)
+    assert {s.metric for s in samples} <= set(METRICS)
+    steps = [s for s in samples if s.metric == "tokens_per_s"]
+    assert [s.repetition for s in steps] == [0, 1, 2] and all(s.value > 0 for s in steps)
+    assert any(s.metric == "nvme_read_s" for s in samples)
+    (pred,) = [s for s in samples if s.metric == "predicted_step_s"]
+    assert "model_flag" in pred.params and pred.value > 0
+    assert info["placement_before"] and info["placement_after"] and info["o_direct"] in (True, False)
+    assert len(info["loss_curve"]) == 4 and "CPU run" in info["what_was_measured"]
