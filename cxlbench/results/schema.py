@@ -45,6 +45,16 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("mfu", "fraction", "higher"),
     Metric("cycles", "cycles", "lower"),
     Metric("loss", "nats", "lower"),
+    # training step breakdown (seconds of one step spent in each phase)
+    Metric("forward_s", "s", "lower"),
+    Metric("backward_s", "s", "lower"),
+    Metric("transfer_s", "s", "lower"),          # device<->host copies not hidden behind compute
+    Metric("optimizer_s", "s", "lower"),
+    Metric("nvme_read_s", "s", "lower"),         # time the update waited for NVMe reads
+    Metric("nvme_write_s", "s", "lower"),
+    Metric("idle_s", "s", "lower"),
+    Metric("predicted_step_s", "s", "lower"),    # the step-time model's prediction
+    Metric("memory_bytes", "B", "lower"),        # peak/placed bytes per tier (column `memory`)
 ]}
 
 
