@@ -1,1 +1,216 @@
+"""Reports: one self-contained HTML file per run, or per comparison of runs.
 
+    render(runs, out_path=None, *, title=None, threshold=None, thresholds_file=None) -> Path
+    render_run_html(run) -> str
+    render_comparison_html(comparison, runs) -> str
+
+The page needs nothing but itself: inline CSS, inline SVG charts, the data as a
+downloadable CSV in a data: URI, no script and no network. It is rendered by
+jinja2 with autoescape on, so text from a machine (hostnames, labels, CPU
+models, reasons) reaches the page escaped.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import jinja2
+import pandas as pd
+
+from cxlbench import __version__
+from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt_change, fmt_ci_change,
+                                       fmt_pct)
+from cxlbench.analysis.summary import points, repetitions
+from cxlbench.report import build
+from cxlbench.results.store import Run, atomic_write, safe_name
+
+TEMPLATES = Path(__file__).with_name("templates")
+_KIND_ORDER = {"hbm": 0, "ddr": 1, "cxl": 2, "nvme": 3}
+DEFAULT_DIR = Path("reports")
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True)
+    env.filters["num"] = build.num
+    env.filters["pct"] = fmt_pct
+    env.filters["change"] = fmt_change
+    env.filters["slug"] = build.slug
+    return env
+
+
+def _css() -> str:
+    return (TEMPLATES / "style.css").read_text()
+
+
+def run_context(run: Run) -> dict[str, Any]:
+    meta = run.meta
+    reps = repetitions(run.samples)
+    pts = points(reps)
+    tier_order = [t["name"] for t in build.machine_mod.tiers(meta)]
+    if not pts.empty:
+        tier_order += sorted(set(pts["target"]) - set(tier_order))
+    maker = build.ChartMaker("r", sorted(tier_order, key=lambda n: (_KIND_ORDER.get(
+        "".join(ch for ch in n if ch.isalpha()), 9), n)))
+    marks = build.caches(meta)
+    families = []
+    if not pts.empty:
+        for bench in build.family_order(pts["benchmark"]):
+            fam = pts[pts["benchmark"] == bench]
+            name, desc = build.FAMILIES.get(bench, (bench, "Every point of this benchmark, by metric."))
+            families.append({"id": "family-" + build.slug(bench), "name": name, "benchmark": bench,
+                             "description": desc,
+                             "charts": build.family_charts(fam, bench, marks, maker),
+                             "tables": build.points_tables(fam)})
+    status = str(meta.get("status", "unknown"))
+    label = meta.get("label")
+    host = meta.get("hostname") or meta.get("machine_name") or "unknown host"
+    toc = [("machine", "Machine"), ("summary", "Tier summary")] + \
+        [(f["id"], f["name"]) for f in families] + \
+        [("not-measured", "Not measured"), ("provenance", "How it was made"), ("data", "Data")]
+    return {
+        "kind": "run", "css": _css(), "version": __version__,
+        "title": f"{label or meta.get('run_id')} on {host}",
+        "run_id": meta.get("run_id"), "label": label, "host": host, "status": status,
+        "partial": status != "complete",
+        "suite": build.provenance(meta, len(run.samples))["suite"],
+        "toc": toc, "machine": build.machine_section(meta),
+        "summary": build.tier_summary(pts, reps, meta),
+        "families": families, "not_measured": build.not_measured(meta),
+        "provenance": build.provenance(meta, len(run.samples)),
+        "data": build.data_link(run.samples, reps, pts, safe_name(str(meta.get("run_id")))),
+    }
+
+
+def render_run_html(run: Run | str | Path) -> str:
+    """The report of one run as an HTML string."""
+    return environment().get_template("run.html").render(**run_context(as_run(run)))
+
+
+def comparison_context(cmp: Comparison, runs: Sequence[Run]) -> dict[str, Any]:
+    maker = build.ChartMaker("k", [i.index for i in cmp.runs])
+    pts = cmp.points.copy()
+    names = {i.index: i.name for i in cmp.runs}
+    marks = build.caches(runs[0].meta) if runs else []
+    families = []
+    if not pts.empty:
+        for bench in build.family_order(pts["benchmark"]):
+            fam = pts[pts["benchmark"] == bench]
+            name, desc = build.FAMILIES.get(bench, (bench, ""))
+            rows = cmp.rows[cmp.rows["benchmark"] == bench]
+            families.append({"id": "family-" + build.slug(bench), "name": name, "benchmark": bench,
+                             "description": "One line per run; one chart per tier (matched by kind and "
+                                            "ordinal). " + desc,
+                             "charts": build.family_charts(fam, bench, marks, maker, color_by="run",
+                                                           facet_by=["target_slot"], names=names),
+                             "tables": _comparison_tables(rows, cmp)})
+    counts = [{"name": i.name, **cmp.counts(i.index)} for i in cmp.runs[1:]]
+    runs_info = []
+    for info, run in zip(cmp.runs, runs):
+        prov = build.provenance(run.meta, len(run.samples))
+        runs_info.append({"name": info.name, "run_id": info.run_id, "host": info.hostname or "—",
+                          "cpu": info.profile.identity.get("cpu_model") or "—",
+                          "kernel": info.profile.identity.get("kernel") or "—",
+                          "status": info.status, "started": info.started or "—",
+                          "duration": prov["duration"], "suite": prov["suite"],
+                          "command": prov["command"], "cxlbench": info.profile.context.get("cxlbench") or "—"})
+    diffs = [{"field": d.field, "kind": d.kind, "cells": [_show(v) for v in d.values]}
+             for d in cmp.differences if d.kind in ("identity", "context")]
+    unmatched = [{"run": cmp.runs[int(u["run"])].name, "point": u["point"], "metric": u["metric"],
+                  "why": u["why"]} for u in cmp.unmatched.to_dict("records")]
+    not_measured = [{"run": cmp.runs[int(c["run"])].name, "benchmark": c["benchmark"],
+                     "target": c["target"], "status": c["status"], "reason": c["reason"],
+                     "case_id": c["case_id"]} for c in cmp.not_measured.to_dict("records")]
+    table = cmp.rows.drop(columns=["key"]).copy()
+    table.insert(0, "baseline", cmp.runs[0].name)
+    table.insert(1, "run_name", [names[int(r)] for r in table["run"]])
+    toc = [("runs", "Runs"), ("verdicts", "Verdicts")] + [(f["id"], f["name"]) for f in families] + \
+        [("unmatched", "Unmatched"), ("data", "Data")]
+    title = " vs ".join(i.name for i in cmp.runs)
+    return {"kind": "compare", "css": _css(), "version": __version__, "title": title,
+            "runs": runs_info, "differences": diffs, "counts": counts,
+            "thresholds": cmp.thresholds.describe(), "confidence": f"{cmp.confidence:.0%}",
+            "partial": any(i.status != "complete" for i in cmp.runs),
+            "partial_runs": [i.name for i in cmp.runs if i.status != "complete"],
+            "families": families, "unmatched": unmatched, "not_measured": not_measured, "toc": toc,
+            "data": build.data_link(table, None, table, "comparison")}
+
+
+def _show(v: Any) -> str:
+    if v is None:
+        return "unknown"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_show(x) for x in v) or "none"
+    return str(v)
+
+
+def _comparison_tables(rows: pd.DataFrame, cmp: Comparison) -> list[dict[str, Any]]:
+    tables = []
+    for metric, mr in rows.groupby("metric", sort=False):
+        unit = str(mr["unit"].iloc[0])
+        others = sorted(int(r) for r in mr["run"].unique())
+        headers = ["case", f"{cmp.runs[0].name} ({unit})"]
+        for i in others:
+            headers += [f"{cmp.runs[i].name} ({unit})", "change", f"{cmp.confidence:.0%} CI", "verdict", "MDE"]
+        out_rows = []
+        for key, kr in mr.groupby("key", sort=False):
+            first = kr.iloc[0]
+            label = first["label"]
+            if any(kr["target"] != kr["target_base"]):
+                label += " (" + ", ".join(sorted(set(kr["target"]) - {first["target_base"]})) + ")"
+            cells = [{"text": label}, {"text": build.num(first["base_median"]), "num": True,
+                                       "ci": f"{build.num(first['base_lo'])}–{build.num(first['base_hi'])}"}]
+            by_run = {int(r["run"]): r for _, r in kr.iterrows()}
+            for i in others:
+                r = by_run.get(i)
+                if r is None:
+                    cells += [{"text": "—", "num": True}] + [{"text": ""}] * 4
+                    continue
+                cells += [{"text": build.num(r["median"]), "num": True,
+                           "ci": f"{build.num(r['lo_value'])}–{build.num(r['hi_value'])}"},
+                          {"text": fmt_change(r["ratio"]), "num": True},
+                          {"text": fmt_ci_change(r["lo"], r["hi"]), "num": True},
+                          {"text": r["verdict"], "verdict": r["verdict"]},
+                          {"text": fmt_pct(r["mde"]) if r["verdict"] in ("same", "inconclusive")
+                           and math.isfinite(r["mde"]) else "", "num": True}]
+            out_rows.append(cells)
+        tables.append({"metric": metric, "title": f"{build.metric_title(metric)} ({unit}, "
+                                                  f"{mr['better'].iloc[0]} is better)",
+                       "headers": headers, "rows": out_rows[:build.MAX_TABLE_ROWS],
+                       "more": max(0, len(out_rows) - build.MAX_TABLE_ROWS)})
+    return tables
+
+
+def render_comparison_html(cmp: Comparison, runs: Sequence[RunLike] | None = None) -> str:
+    """The comparison report as an HTML string."""
+    loaded = [as_run(r) for r in runs] if runs is not None else [as_run(i.path) for i in cmp.runs]
+    return environment().get_template("compare.html").render(**comparison_context(cmp, loaded))
+
+
+def render(runs: RunLike | Sequence[RunLike], out_path: str | Path | None = None, *,
+           threshold: float | str | None = None, thresholds_file: str | Path | None = None) -> Path:
+    """Write the report of one run, or the comparison of several (the first is the
+    baseline), to out_path (default: reports/<run id>.html or reports/compare-<ids>.html).
+    Returns the path written."""
+    if isinstance(runs, (str, Path, Run)):
+        runs = [runs]
+    loaded = [as_run(r) for r in runs]
+    if not loaded:
+        raise ValueError("render needs at least one run")
+    if len(loaded) == 1:
+        html = environment().get_template("run.html").render(**run_context(loaded[0]))
+        default = f"{safe_name(str(loaded[0].run_id))}.html"
+    else:
+        cmp = compare(loaded, threshold=threshold, thresholds_file=thresholds_file)
+        html = environment().get_template("compare.html").render(**comparison_context(cmp, loaded))
+        default = "compare-" + "-vs-".join(safe_name(str(r.meta.get("label") or r.run_id))
+                                           for r in loaded)[:150] + ".html"
+    path = Path(out_path) if out_path is not None else DEFAULT_DIR / default
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, html.encode("utf-8"))
+    return path
+
+
+__all__ = ["render", "render_run_html", "render_comparison_html", "run_context", "comparison_context"]

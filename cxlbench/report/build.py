@@ -1,0 +1,595 @@
+"""What a report shows, computed from runs: plain dicts and lists for the templates.
+
+Nothing here writes HTML (the templates do, with autoescape on), so every string
+taken from a machine reaches the page escaped.
+"""
+from __future__ import annotations
+
+import io
+import math
+import re
+from datetime import datetime
+from typing import Any, Iterable
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+
+from cxlbench.analysis import machine as machine_mod
+from cxlbench.analysis.compare import fmt_num, params_text
+from cxlbench.analysis.stats import ratio_ci
+from cxlbench.analysis.summary import axis_columns, param_columns
+from cxlbench.report.plots import MARKERS, PALETTE, STYLES, Chart, Series, render
+from cxlbench.units import format_size
+
+#: Families in the order a reader expects them; others follow alphabetically.
+FAMILIES = {
+    "latency": ("Latency", "Pointer-chase latency in ns per dependent load over the working set "
+                "(log₂ axis); dashed lines mark the cache sizes the machine reports. One line per "
+                "tier × page size; the band is the 95% interval of the median over repetitions."),
+    "bandwidth": ("Bandwidth", "Streaming kernels over threads, one chart per kernel. GB/s = 10⁹ bytes "
+                  "per second, counting the bytes each kernel really moves."),
+    "loaded_latency": ("Loaded latency", "Pointer-chase latency while load threads stream to the same "
+                       "tier at decreasing injection delays: latency against the bandwidth achieved."),
+    "page_size": ("Page size and TLB", "Chase latency with each page size over the working set; the "
+                  "knees are where the TLB's reach ends."),
+    "write_penalty": ("Write penalty", "Read, write and partial-line write bandwidth per tier."),
+    "zerocopy": ("Zero-copy vs copy vs migrate", "Time to use far data K times: in place, copied to "
+                 "the local tier first, or migrated first."),
+    "storage": ("Storage", "O_DIRECT I/O on the NVMe tier: latency, IOPS over queue depth, bandwidth "
+                "over block size."),
+    "training": ("Training", "Tokens per second with model state on each tier, and where the step "
+                 "time goes."),
+}
+X_PREFERENCE = ["working_set_bytes", "threads", "delay_cycles", "delay", "queue_depth", "iodepth",
+                "block_bytes", "reuse", "uses", "k", "chains", "size_bytes", "buffer_bytes", "bytes",
+                "weight", "batch", "seq_len"]
+FACET_PREFERENCE = ["kernel", "mix", "op", "mode", "access", "direction", "strategy", "pattern",
+                    "placement"]
+CSV_BUDGET = 6 * 2**20          # bytes of CSV embedded in the page at most
+MAX_CHARTS = 12                 # per family and metric
+MAX_TABLE_ROWS = 400
+NO_PARAM = {"run", "target_slot", "initiator_slot", "key", "params", "point"}
+
+
+# ------------------------------------------------------------------ formatting
+
+def num(x: Any) -> str:
+    try:
+        return fmt_num(float(x))
+    except (TypeError, ValueError):
+        return "—"
+
+
+def size(x: Any) -> str:
+    try:
+        return format_size(int(x)) if x is not None and float(x) > 0 else "—"
+    except (TypeError, ValueError):
+        return "—"
+
+
+def cpulist(cpus: Iterable[int]) -> str:
+    cpus = sorted(int(c) for c in cpus)
+    out, i = [], 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        out.append(str(cpus[i]) if i == j else f"{cpus[i]}–{cpus[j]}")
+        i = j + 1
+    return ",".join(out) or "none"
+
+
+def param_header(name: str) -> str:
+    return {"working_set_bytes": "working set", "page_bytes": "page", "block_bytes": "block",
+            "delay_cycles": "delay (cycles)", "threads": "threads", "queue_depth": "queue depth"}.get(
+        name, name[:-6].replace("_", " ") if name.endswith("_bytes") else name.replace("_", " "))
+
+
+def param_value(name: str, v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if name.endswith("_bytes") and isinstance(v, (int, np.integer)):
+        return format_size(int(v))
+    if isinstance(v, float):
+        return fmt_num(v)
+    return str(v)
+
+
+def cell(median: float | None, lo: float | None = None, hi: float | None = None,
+         note: str = "") -> dict[str, Any] | None:
+    if median is None or not math.isfinite(median):
+        return None
+    ci = f"{num(lo)}–{num(hi)}" if lo is not None and hi is not None and math.isfinite(lo) \
+        and math.isfinite(hi) and lo != hi else ""
+    return {"value": num(median), "ci": ci, "note": note}
+
+
+def _duration(start: str | None, end: str | None) -> str:
+    try:
+        s = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    except (TypeError, ValueError):
+        return "—"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+# ------------------------------------------------------------------ the machine
+
+def caches(meta: dict) -> list[tuple[float, str]]:
+    """(size, label) of data/unified caches, for chart marks and the machine table."""
+    cpu = machine_mod.machine_record(meta).get("cpu") or {}
+    out = []
+    for c in cpu.get("caches") or []:
+        if c.get("kind") == "Instruction" or not c.get("size_bytes"):
+            continue
+        label = f"L{c.get('level')}{'d' if c.get('kind') == 'Data' else ''}"
+        out.append((float(c["size_bytes"]), label))
+    return sorted(set(out))
+
+
+def machine_section(meta: dict) -> dict[str, Any]:
+    m = machine_mod.machine_record(meta)
+    cpu = m.get("cpu") or {}
+    env = machine_mod.environment(meta)
+    nodes = {int(k): v for k, v in (m.get("nodes") or {}).items()} if isinstance(m.get("nodes"), dict) else {}
+    cache_text = ", ".join(f"{label} {format_size(int(s))}" for s, label in caches(meta)) or "not reported"
+    facts = [
+        ("Host", meta.get("hostname") or m.get("hostname") or "—"),
+        ("CPU", cpu.get("model") or "—"),
+        ("Topology", f"{cpu.get('sockets', '?')} socket(s), {cpu.get('cores', '?')} cores, "
+                     f"{cpu.get('threads', '?')} threads (SMT {'on' if cpu.get('smt_active') else 'off'})"
+         if cpu else "—"),
+        ("Caches", cache_text),
+        ("Kernel", env.get("kernel") or (meta.get("versions") or {}).get("kernel") or "—"),
+        ("Platform", " · ".join(x for x in [env.get("dmi_product"),
+                                            f"VM ({env['hypervisor']})" if env.get("hypervisor")
+                                            else "bare metal"] if x)),
+        ("THP", f"enabled={env.get('thp_enabled') or '?'}, defrag={env.get('thp_defrag') or '?'}"),
+        ("CPU governor", f"{env.get('governor') or 'not exposed'}"
+                         + (f" · {num(env['cpu_mhz'])} MHz" if env.get("cpu_mhz") else "")),
+        ("NUMA balancing", {0: "off", 1: "on"}.get(env.get("numa_balancing"), str(env.get("numa_balancing")))
+         if env.get("numa_balancing") is not None else "—"),
+    ]
+    ecc_modes = sorted({e.get("mode") or "unknown" for e in m.get("edac") or []})
+    edac = [{"name": e.get("name"), "mode": e.get("mode") or "unknown", "ce": e.get("ce_count"),
+             "ue": e.get("ue_count")} for e in m.get("edac") or []]
+    tiers = []
+    for t in machine_mod.tiers(meta):
+        node = nodes.get(t.get("node")) if t.get("node") is not None else None
+        pages = ["4 KiB"]
+        if node:
+            for sz, pool in sorted((node.get("hugepages") or {}).items(), key=lambda kv: int(kv[0])):
+                pages.append(f"{format_size(int(sz))} × {pool.get('total', 0)} reserved "
+                             f"({pool.get('free', 0)} free)")
+        if t.get("kind") == "hbm":
+            gpu = next((g for g in m.get("gpus") or [] if g.get("index") == t.get("gpu")), {})
+            ecc = {True: "on", False: "off"}.get(gpu.get("ecc_enabled"), "unknown")
+            pages = ["GPU pages"]
+        elif t.get("kind") == "ddr" and ecc_modes:
+            ecc = ", ".join(ecc_modes) + " (EDAC)"
+        elif t.get("kind") == "nvme":
+            ecc, pages = "—", ["—"]
+        else:
+            ecc = "not exposed"
+        hmat = ""
+        for h in (node or {}).get("hmat") or []:
+            if h.get("read_latency_ns") or h.get("read_bandwidth_MBps"):
+                hmat = (f"{h.get('read_latency_ns') or '?'} ns, "
+                        f"{num((h.get('read_bandwidth_MBps') or 0) / 1000)} GB/s read")
+                break
+        tiers.append({"name": t.get("name"), "kind": t.get("kind"),
+                      "where": (f"node {t['node']}" if t.get("node") is not None else
+                                f"GPU {t['gpu']}" if t.get("gpu") is not None else t.get("path") or "—"),
+                      "capacity": size(t.get("capacity_bytes")), "free": size(t.get("free_bytes")),
+                      "pages": pages, "ecc": ecc,
+                      "memory_tier": node.get("memory_tier") if node and node.get("memory_tier") is not None
+                      else "—", "hmat": hmat or "—",
+                      "how": (f"declared {t['declared']}" if t.get("declared") else t.get("evidence") or "—")})
+    node_rows = []
+    ids = sorted(nodes)
+    for i in ids:
+        n = nodes[i]
+        dist = n.get("distances") or {}
+        node_rows.append({"id": i, "cpus": cpulist(n.get("cpus") or []),
+                          "memory": size(n.get("mem_total_bytes")), "free": size(n.get("mem_free_bytes")),
+                          "distances": [str(dist.get(str(j), dist.get(j, "—"))) for j in ids]})
+    gpus = [{"index": g.get("index"), "name": g.get("name"), "memory": size(g.get("memory_bytes")),
+             "ecc": {True: "on", False: "off"}.get(g.get("ecc_enabled"), "unknown"),
+             "pcie": f"Gen{g['pcie_gen']} ×{g.get('pcie_width') or '?'}" if g.get("pcie_gen") else "—",
+             "node": g.get("numa_node") if g.get("numa_node") is not None else "—",
+             "driver": g.get("driver") or "—"} for g in m.get("gpus") or []]
+    disks = [{"name": d.get("name"), "model": d.get("model") or "—", "size": size(d.get("size_bytes")),
+              "kind": "NVMe" if d.get("is_nvme") else ("rotational" if d.get("rotational") else "other"),
+              "node": d.get("numa_node") if d.get("numa_node") is not None else "—"}
+             for d in m.get("block_devices") or []]
+    cxl = [{"name": r.get("name"), "size": size(r.get("size_bytes")), "mode": r.get("mode") or "—",
+            "ways": r.get("interleave_ways") or "—", "memdevs": ", ".join(r.get("memdevs") or []) or "—",
+            "node": r.get("numa_node") if r.get("numa_node") is not None else "—"}
+           for r in m.get("cxl_regions") or []]
+    return {"facts": facts, "tiers": tiers, "nodes": node_rows, "node_ids": ids, "gpus": gpus,
+            "disks": disks, "cxl": cxl, "edac": edac, "warnings": machine_mod.warnings(meta)}
+
+
+# ------------------------------------------------------------------ tier summary
+
+def _values(reps: pd.DataFrame, pts_row: pd.Series) -> np.ndarray:
+    sel = (reps["case_id"] == pts_row["case_id"]) & (reps["metric"] == pts_row["metric"])
+    for a in reps.attrs.get("axes", []):
+        v = pts_row.get(a)
+        sel &= reps[a].isna() if v is None or (isinstance(v, float) and math.isnan(v)) else reps[a] == v
+    return reps.loc[sel, "value"].to_numpy(float)
+
+
+def _pick(frame: pd.DataFrame) -> pd.Series | None:
+    return None if frame.empty else frame.iloc[0]
+
+
+def tier_summary(pts: pd.DataFrame, reps: pd.DataFrame, meta: dict) -> list[dict[str, Any]]:
+    """Per tier: idle latency at the largest working set, peak read and triad
+    bandwidth, loaded latency at 80% of the peak load, write penalty — each with
+    its interval, each only when the run has the benchmark that measures it."""
+    names = [t["name"] for t in machine_mod.tiers(meta)]
+    if not pts.empty:
+        names += [t for t in pts["target"].unique() if t not in names]
+    kinds = {t["name"]: t.get("kind") for t in machine_mod.tiers(meta)}
+    caps = {t["name"]: t.get("capacity_bytes") for t in machine_mod.tiers(meta)}
+    rows = []
+    for name in names:
+        tp = pts[pts["target"] == name] if not pts.empty else pts
+        rows.append({"name": name, "kind": kinds.get(name) or (tp["tier_kind"].iloc[0] if len(tp) else "—"),
+                     "capacity": size(caps.get(name)),
+                     "idle": _idle_latency(tp), "read": _peak_bw(tp, "read"), "triad": _peak_bw(tp, "triad"),
+                     "loaded": _loaded_latency(tp), "penalty": _write_penalty(tp, reps)})
+    return [r for r in rows if any(r[k] for k in ("idle", "read", "triad", "loaded", "penalty"))
+            or r["kind"] in ("ddr", "cxl", "hbm")]
+
+
+def _col(frame: pd.DataFrame, name: str) -> pd.Series:
+    return frame[name] if name in frame.columns else pd.Series([np.nan] * len(frame), index=frame.index)
+
+
+def _idle_latency(tp: pd.DataFrame) -> dict | None:
+    lat = tp[(tp["benchmark"] == "latency") & (tp["metric"] == "latency_ns")]
+    lat = lat[_col(lat, "working_set_bytes").notna()]
+    if lat.empty:
+        return None
+    best = None
+    for _, grp in lat.groupby("initiator"):
+        g = grp[grp["working_set_bytes"] == grp["working_set_bytes"].max()]
+        pages = _col(g, "page_bytes")
+        if pages.notna().any():
+            g = g[pages == pages.min()]
+        if "pattern" in g.columns and (g["pattern"] == "random").any():
+            g = g[g["pattern"] == "random"]
+        for par in ("chains", "mlp", "parallel"):
+            if par in g.columns and g[par].notna().any():
+                g = g[g[par] == g[par].min()]
+        row = g.sort_values("median", ascending=False).iloc[0]
+        if best is None or row["median"] < best["median"]:
+            best = row
+    note = f"{size(best['working_set_bytes'])}"
+    if "page_bytes" in best and pd.notna(best.get("page_bytes")):
+        note += f" · {size(best['page_bytes'])} pages"
+    return cell(best["median"], best["lo"], best["hi"], note)
+
+
+def _peak_bw(tp: pd.DataFrame, kernel: str) -> dict | None:
+    bw = tp[(tp["benchmark"] == "bandwidth") & (tp["metric"] == "bandwidth_GBps")]
+    if "kernel" not in bw.columns:
+        return None
+    bw = bw[bw["kernel"].astype(str).str.lower() == kernel]
+    if bw.empty:
+        return None
+    row = bw.sort_values("median", ascending=False).iloc[0]
+    note = f"{int(row['threads'])} threads" if "threads" in row and pd.notna(row.get("threads")) else ""
+    return cell(row["median"], row["lo"], row["hi"], note)
+
+
+def _loaded_latency(tp: pd.DataFrame) -> dict | None:
+    fam = tp[tp["benchmark"].astype(str).str.contains("loaded")]
+    lat, bw = fam[fam["metric"] == "latency_ns"], fam[fam["metric"] == "bandwidth_GBps"]
+    if lat.empty or bw.empty:
+        return None
+    pair = lat.merge(bw[["point", "median"]], on="point", suffixes=("", "_bw"))
+    if "mix" in pair.columns and (pair["mix"].astype(str) == "read").any():
+        pair = pair[pair["mix"].astype(str) == "read"]
+    if pair.empty:
+        return None
+    peak = pair["median_bw"].max()
+    target = 0.8 * peak
+    row = pair.iloc[(pair["median_bw"] - target).abs().argsort().iloc[0]]
+    return cell(row["median"], row["lo"], row["hi"],
+                f"at {num(row['median_bw'])} GB/s ({row['median_bw'] / peak:.0%} of peak)")
+
+
+def _write_penalty(tp: pd.DataFrame, reps: pd.DataFrame) -> dict | None:
+    fam = tp[(tp["benchmark"] == "write_penalty") & (tp["metric"] == "bandwidth_GBps")]
+    if fam.empty:
+        return None
+    for col in [c for c in fam.columns if fam[c].dtype == object or str(fam[c].dtype).startswith("str")]:
+        vals = fam[col].astype(str).str.lower()
+        if (vals == "read").any() and vals.str.contains("write").any():
+            read = fam[vals == "read"].sort_values("median", ascending=False).iloc[0]
+            writes = fam[vals.str.contains("write")]
+            exact = writes[writes[col].astype(str).str.lower() == "write"]
+            write = (exact if len(exact) else writes).sort_values("median").iloc[0]
+            r = ratio_ci(_values(reps, write), _values(reps, read), 0.95)
+            return cell(r.ratio, r.lo, r.hi, f"read ÷ {write[col]}")
+    return None
+
+
+# ------------------------------------------------------------------ charts and tables
+
+def _is_numeric(s: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(s) and s.dropna().size > 0
+
+
+def _params(frame: pd.DataFrame) -> list[str]:
+    skip = set(NO_PARAM) | {"point", "n", "median", "lo", "hi", "coverage", "min", "max", "rcv",
+                            "n_inner", "run_id", "case_id", "metric", "benchmark", "initiator",
+                            "target", "tier_kind", "unit", "better"}
+    return [c for c in frame.columns if c not in skip]
+
+
+def _varying(frame: pd.DataFrame, cols: Iterable[str]) -> list[str]:
+    out = []
+    for c in cols:
+        if c in frame.columns:
+            vals = frame[c].dropna()
+            if vals.astype(str).nunique() > 1:
+                out.append(c)
+    return out
+
+
+class ChartMaker:
+    """Draws charts with stable ids and consistent colours across one page."""
+
+    def __init__(self, prefix: str = "c", order: Iterable[str] = ()):
+        self.prefix = prefix
+        self.count = 0
+        self.colors: dict[str, str] = {}
+        for key in order:                 # tiers (or runs) in their natural order get the first colours
+            self.color(str(key) + "|")
+
+    def color(self, key: str) -> str:
+        if key not in self.colors:
+            self.colors[key] = PALETTE[len(self.colors) % len(PALETTE)]
+        return self.colors[key]
+
+    def svg(self, chart: Chart) -> str:
+        self.count += 1
+        return render(chart, f"{self.prefix}{self.count}")
+
+
+def family_charts(fam: pd.DataFrame, benchmark: str, meta_caches: list[tuple[float, str]],
+                  maker: ChartMaker, color_by: str = "target", facet_by: Iterable[str] = (),
+                  names: dict | None = None) -> list[dict[str, str]]:
+    """Charts for one benchmark family's points (several runs when color_by='run')."""
+    names = names or {}
+    out: list[dict[str, str]] = []
+    metrics = list(dict.fromkeys(fam["metric"]))
+    if "latency_ns" in metrics and "bandwidth_GBps" in metrics and "loaded" in benchmark:
+        out += _paired_charts(fam, maker, color_by, facet_by, names)
+        metrics = []
+    for metric in metrics:
+        mp = fam[fam["metric"] == metric]
+        unit = str(mp["unit"].iloc[0])
+        params = _varying(mp, _params(mp))
+        numeric = [c for c in params if _is_numeric(mp[c])]
+        x = next((c for c in X_PREFERENCE if c in numeric), numeric[0] if numeric else None)
+        if x is None:
+            if 0 < len(mp) <= 40:
+                out.append(_bar_chart(mp, benchmark, metric, unit, params, maker, color_by, names))
+            continue
+        rest = [c for c in params if c != x]
+        facets = list(facet_by) + [c for c in FACET_PREFERENCE if c in rest]
+        series_params = [c for c in rest if c not in facets]
+        if mp["initiator"].nunique() > 1 and color_by == "target":
+            series_params = ["initiator"] + series_params
+        # too many lines in one chart: move parameters into facets
+        while series_params:
+            n_series = mp.groupby([color_by] + series_params, dropna=False).ngroups
+            if n_series <= 8:
+                break
+            movable = [c for c in series_params if c not in ("initiator", "page_bytes")] or series_params
+            worst = max(movable, key=lambda c: mp[c].astype(str).nunique())
+            series_params.remove(worst)
+            facets.append(worst)
+        facets = [f for f in facets if f in mp.columns]
+        groups = mp.groupby(facets, dropna=False, sort=True) if facets else [((), mp)]
+        n = 0
+        for fkey, fp in groups:
+            if n >= MAX_CHARTS:
+                break
+            fkey = fkey if isinstance(fkey, tuple) else (fkey,)
+            facet_text = " · ".join(f"{param_header(f)}: {param_value(f, v)}" if f not in ("target_slot",)
+                                    else str(v) for f, v in zip(facets, fkey))
+            series = []
+            pages = sorted(fp["page_bytes"].dropna().unique()) if "page_bytes" in series_params else []
+            groups_s = list(fp.groupby([color_by] + series_params, dropna=False, sort=True))
+            rank = {k.split("|")[0]: i for i, k in enumerate(maker.colors)}
+            groups_s.sort(key=lambda g: rank.get(str(g[0][0] if isinstance(g[0], tuple) else g[0]), 1 << 20))
+            for skey, sp in groups_s:
+                skey = skey if isinstance(skey, tuple) else (skey,)
+                sp = sp[sp[x].notna()].sort_values(x)
+                if sp.empty:
+                    continue
+                who = names.get(skey[0], str(skey[0]))
+                extra = [(p, v) for p, v in zip(series_params, skey[1:])]
+                label = " · ".join([who] + [f"{param_header(p)} {param_value(p, v)}" if p != "initiator"
+                                            else str(v) for p, v in extra
+                                            if not (isinstance(v, float) and math.isnan(v))])
+                ckey = str(skey[0]) + "|" + "|".join(str(v) for p, v in extra if p != "page_bytes")
+                style = STYLES[pages.index(dict(extra)["page_bytes"]) % len(STYLES)] \
+                    if pages and dict(extra).get("page_bytes") in pages else "-"
+                series.append(Series(label, sp[x].astype(float).tolist(), sp["median"].tolist(),
+                                     sp["lo"].tolist(), sp["hi"].tolist(), maker.color(ckey), style,
+                                     MARKERS[len(series) % len(MARKERS)]))
+            if not series:
+                continue
+            is_bytes = x.endswith("_bytes")
+            xs = [v for s in series for v in s.x]
+            ys = [v for s in series for v in s.y if v > 0]
+            several = len(set(fam["metric"])) > 1
+            chart = Chart(title=" · ".join(t for t in [FAMILIES.get(benchmark, (benchmark,))[0],
+                                                        metric_title(metric) if several else "",
+                                                        facet_text] if t),
+                          xlabel=param_header(x) + (" (log₂)" if is_bytes or _wide(xs) else ""),
+                          ylabel=f"{metric_title(metric)} ({unit})", series=series,
+                          x_bytes=is_bytes, logx=not is_bytes and _wide(xs) and min(xs) > 0,
+                          logy=metric in ("latency_ns", "cycles", "seconds") and bool(ys)
+                          and max(ys) / min(ys) > 30,
+                          y_from_zero=unit in ("GB/s", "IO/s", "tokens/s", "params/s"),
+                          marks=meta_caches if x == "working_set_bytes" else [])
+            out.append({"svg": maker.svg(chart), "title": chart.title})
+            n += 1
+    return out
+
+
+def _wide(xs: list[float]) -> bool:
+    xs = [v for v in xs if v and v > 0]
+    return bool(xs) and max(xs) / min(xs) >= 16
+
+
+def metric_title(metric: str) -> str:
+    return {"latency_ns": "latency", "bandwidth_GBps": "bandwidth", "iops": "IOPS",
+            "tokens_per_s": "tokens/s", "step_time_s": "step time", "params_per_s": "params/s",
+            "tflops": "TFLOP/s", "mfu": "MFU"}.get(metric, metric.replace("_", " "))
+
+
+def _paired_charts(fam, maker, color_by, facet_by, names) -> list[dict[str, str]]:
+    lat = fam[fam["metric"] == "latency_ns"]
+    bw = fam[fam["metric"] == "bandwidth_GBps"]
+    keys = ["point"] + (["run"] if "run" in fam.columns else [])
+    pair = lat.merge(bw[keys + ["median"]], on=keys, suffixes=("", "_bw"))
+    if pair.empty:
+        return []
+    params = [c for c in _varying(pair, _params(pair)) if not _is_numeric(pair[c])]
+    facets = [f for f in facet_by if f in pair.columns]
+    out = []
+    groups = pair.groupby(facets, dropna=False, sort=True) if facets else [((), pair)]
+    for fkey, fp in list(groups)[:MAX_CHARTS]:
+        fkey = fkey if isinstance(fkey, tuple) else (fkey,)
+        series = []
+        for skey, sp in fp.groupby([color_by] + params, dropna=False, sort=True):
+            skey = skey if isinstance(skey, tuple) else (skey,)
+            sp = sp.sort_values("median_bw")
+            label = " · ".join([names.get(skey[0], str(skey[0]))] +
+                               [f"{param_header(p)} {v}" for p, v in zip(params, skey[1:])])
+            series.append(Series(label, sp["median_bw"].tolist(), sp["median"].tolist(),
+                                 sp["lo"].tolist(), sp["hi"].tolist(),
+                                 maker.color(str(skey[0]) + "|" + "|".join(map(str, skey[1:]))),
+                                 "-", MARKERS[len(series) % len(MARKERS)]))
+        title = "Loaded latency · latency vs bandwidth" + (" · " + " · ".join(map(str, fkey)) if fkey else "")
+        out.append({"svg": maker.svg(Chart(title, "bandwidth achieved (GB/s)", "latency (ns)", series,
+                                           y_from_zero=True)), "title": title})
+    return out
+
+
+def _bar_chart(mp, benchmark, metric, unit, params, maker, color_by, names) -> dict[str, str]:
+    mp = mp.sort_values([color_by] + params)
+    labels = []
+    colors = []
+    for _, r in mp.iterrows():
+        who = names.get(r[color_by], str(r[color_by]))
+        labels.append(" · ".join([who] + [f"{param_header(p)} {param_value(p, r[p])}" for p in params]))
+        colors.append(maker.color(str(r[color_by]) + "|"))
+    s = Series("", labels, mp["median"].tolist(), mp["lo"].tolist(), mp["hi"].tolist(), "|".join(colors))
+    title = f"{FAMILIES.get(benchmark, (benchmark,))[0]} · {metric_title(metric)}"
+    return {"svg": maker.svg(Chart(title, f"{metric_title(metric)} ({unit})", "", [s], bars=True)),
+            "title": title}
+
+
+def points_tables(fam: pd.DataFrame) -> list[dict[str, Any]]:
+    """One table per metric: tier, the parameters that vary, n, median with its
+    interval, spread."""
+    tables = []
+    for metric, mp in fam.groupby("metric", sort=False):
+        unit = str(mp["unit"].iloc[0])
+        params = _varying(mp, _params(mp))
+        sort_cols = ["target"] + params
+        mp = mp.sort_values(sort_cols, kind="stable")
+        show_init = mp["initiator"].nunique() > 1
+        headers = (["initiator"] if show_init else []) + ["tier"] + [param_header(p) for p in params] + \
+            ["n", f"median ({unit})", "95% CI", "spread"]
+        numeric_cols = set(range(len(headers) - 4, len(headers)))
+        numeric_cols |= {i + (2 if show_init else 1) for i, p in enumerate(params) if _is_numeric(mp[p])}
+        rows = []
+        for _, r in mp.head(MAX_TABLE_ROWS).iterrows():
+            rows.append(([r["initiator"]] if show_init else []) + [r["target"]] +
+                        [param_value(p, r[p]) for p in params] +
+                        [str(int(r["n"])), num(r["median"]), f"{num(r['lo'])}–{num(r['hi'])}",
+                         f"±{r['rcv'] * 100:.1f}%" if pd.notna(r["rcv"]) else "—"])
+        tables.append({"metric": metric, "title": f"{metric_title(metric)} ({unit}, "
+                                                  f"{mp['better'].iloc[0]} is better)",
+                       "headers": headers, "numeric": sorted(numeric_cols), "rows": rows,
+                       "more": max(0, len(mp) - MAX_TABLE_ROWS)})
+    return tables
+
+
+def family_order(benchmarks: Iterable[str]) -> list[str]:
+    b = list(dict.fromkeys(benchmarks))
+    return [f for f in FAMILIES if f in b] + sorted(x for x in b if x not in FAMILIES)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
+
+
+# ------------------------------------------------------------------ not measured, provenance, data
+
+def not_measured(meta: dict) -> list[dict[str, str]]:
+    rows = []
+    for c in meta.get("cases", []) or []:
+        if c.get("status") in (None, "ok"):
+            continue
+        rows.append({"status": c.get("status"), "benchmark": c.get("benchmark") or "—",
+                     "target": c.get("target") or "—", "initiator": c.get("initiator") or "—",
+                     "params": params_text(c.get("params") or {}), "reason": c.get("reason") or "no reason given"})
+    return sorted(rows, key=lambda r: (r["status"] != "failed", r["benchmark"], r["target"]))
+
+
+def provenance(meta: dict, n_samples: int) -> dict[str, Any]:
+    cases = meta.get("cases", []) or []
+    counts = {s: sum(1 for c in cases if c.get("status") == s) for s in ("ok", "skipped", "failed")}
+    cmd = meta.get("command")
+    suite = meta.get("suite")
+    return {"command": " ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd or "—"),
+            "versions": [(k, str(v)) for k, v in (meta.get("versions") or {}).items()],
+            "started": meta.get("started") or "—", "ended": meta.get("ended") or "—",
+            "duration": _duration(meta.get("started"), meta.get("ended")),
+            "status": meta.get("status", "unknown"), "run_id": meta.get("run_id"),
+            "suite": suite.get("name") if isinstance(suite, dict) else (suite or "—"),
+            "cases": counts, "samples": n_samples, "warnings": meta.get("warnings") or [],
+            "interrupted": bool(meta.get("interrupted"))}
+
+
+def data_link(samples: pd.DataFrame, reps: pd.DataFrame, pts: pd.DataFrame, stem: str) -> dict[str, Any]:
+    """The run's data as a data: URI CSV: every sample when it fits the budget, else
+    one row per repetition, else one per point — and the page says which."""
+    choices = [("samples", samples, "every sample"),
+               ("repetitions", reps, "one row per repetition (median of its inner samples); "
+                                     "every sample did not fit the page"),
+               ("points", pts.drop(columns=[c for c in ("params",) if c in pts.columns]),
+                "one row per point (median and interval); the samples did not fit the page")]
+    for what, frame, desc in choices:
+        if frame is None or frame.empty and what != "samples":
+            continue
+        head = frame.head(2000).to_csv(index=False)
+        estimate = len(head) * max(len(frame), 1) / max(min(len(frame), 2000), 1)
+        if estimate > CSV_BUDGET * 1.3 and what != "points":
+            continue
+        text = frame.to_csv(index=False, float_format="%.6g")
+        if len(text) > CSV_BUDGET and what != "points":
+            continue
+        uri = "data:text/csv;charset=utf-8," + quote(text, safe=",.:;=/_-+ ()[]|'@*!~").replace(" ", "%20")
+        return {"href": uri, "filename": f"{stem}-{what}.csv", "rows": len(frame), "what": desc,
+                "size": format_size(len(text)), "complete": what == "samples"}
+    return {"href": "data:text/csv;charset=utf-8,", "filename": f"{stem}.csv", "rows": 0,
+            "what": "no data", "size": "0B", "complete": True}
