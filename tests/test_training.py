@@ -361,3 +361,20 @@ def test_measure_yields_registered_metrics_and_a_step_model_verdict(tmp_path):
     assert "model_flag" in pred.params and pred.value > 0
     assert info["placement_before"] and info["placement_after"] and info["o_direct"] in (True, False)
     assert len(info["loss_curve"]) == 4 and "CPU run" in info["what_was_measured"]
+
+
+def test_find_max_reports_the_largest_config_and_why_the_next_does_not_fit(tmp_path, monkeypatch):
+    from cxlbench.benchmarks import training
+    if NODE0 is None:
+        pytest.skip("no NUMA node 0")
+    env = _env(tmp_path, gpu=False)
+    monkeypatch.setattr(training, "_node_free_now", lambda node: 1 << 30)   # 1 GiB free now
+    spec = {"name": "training", "mode": "find_max", "config": ["8b", "tiny"], "steps": 1,
+            "warmup_steps": 1, "engine": ["offload"], "optimizer_on": ["ddr"]}
+    (case,) = [p.case for p in training.plan(spec, env) if p.skip is None]
+    assert case.params["config"] == "tiny,8b"            # smallest first
+    info: dict = {}
+    (sample,) = training.measure(case, env, info)
+    assert sample.metric == "max_params" and sample.value == model_config("tiny").num_params()
+    assert info["find_max"]["tiny"].startswith("fits")
+    assert info["find_max"]["8b"].startswith("does not fit") and "GiB free" in info["find_max"]["8b"]

@@ -40,8 +40,11 @@ ADAMW_BYTES_FP32_GRAD = 28      # p, m, v read + written (24) + fp32 grad read (
 # ---- planning ---------------------------------------------------------------------
 
 def plan(spec: dict, env: Env) -> list[Planned]:
-    if spec.get("mode", "train") == "optimizer":
+    mode = spec.get("mode", "train")
+    if mode == "optimizer":
         return _plan_optimizer(spec, env)
+    if mode == "find_max":
+        return _plan_train(spec, env, find_max=True)
     return _plan_train(spec, env)
 
 
@@ -86,28 +89,44 @@ def _ddr_of(initiator: Initiator | None, env: Env) -> Tier | None:
     return next((t for t in ddr if t.node == node), ddr[0] if ddr else None)
 
 
-def _plan_train(spec: dict, env: Env) -> list[Planned]:
-    from cxlbench.training.configs import model_config, train_config
+def _plan_train(spec: dict, env: Env, find_max: bool = False) -> list[Planned]:
+    """train: one case per config × placement. find_max: one case per placement that
+    tries the configs smallest first (2 steps each) and reports the largest that fits."""
+    from cxlbench.training.configs import MODELS, model_config, train_config
 
     gpu = _gpu_initiator(env)
     compute = as_list(spec.get("compute", "auto"))
     devices = ["gpu"] + (["cpu"] if gpu is None else []) if compute == ["auto"] else compute
     steps, warmup = int(spec.get("steps", 20)), int(spec.get("warmup_steps", 3))
+    configs = as_list(spec.get("config", ["tiny"]))
+    if find_max:
+        configs = sorted(as_list(spec.get("config", list(MODELS))), key=lambda c: model_config(c).num_params())
+        steps, warmup = int(spec.get("steps", 2)), int(spec.get("warmup_steps", 1))
     planned: list[Planned] = []
     for device in devices:
-        for config in as_list(spec.get("config", ["tiny"])):
-            base = train_config(config, batch=spec.get("batch"), seq_len=spec.get("seq"))
+        for config in ([",".join(configs)] if find_max else configs):
+            smallest = config.split(",")[0]
+            base = train_config(smallest, batch=spec.get("batch"), seq_len=spec.get("seq"))
             for ac in as_list(spec.get("activation_checkpointing", [False])):
                 for act in as_list(spec.get("activations_on", ["device"])):
                     for engine in as_list(spec.get("engine", list(ENGINES))):
-                        common = {"mode": "train", "config": config, "engine": engine,
-                                  "activation_checkpointing": bool(ac), "batch": base.batch,
-                                  "seq": base.seq_len, "impl": spec.get("impl", "fused"),
-                                  "compute": device}
+                        common = {"mode": "find_max" if find_max else "train", "config": config,
+                                  "engine": engine, "activation_checkpointing": bool(ac),
+                                  "batch": spec.get("batch") if find_max else base.batch,
+                                  "seq": spec.get("seq") if find_max else base.seq_len,
+                                  "impl": spec.get("impl", "fused"), "compute": device}
                         for case, skip in _placements(spec, env, device, gpu, engine, act, common,
                                                       steps, warmup):
-                            skip = skip or _fits(case, env, model_config(config))
-                            planned.append(Planned(case, skip, _estimate(case, model_config(config))))
+                            if find_max:        # the configs that look as if they fit
+                                estimate = 1.0
+                                for c in configs:
+                                    if _fits(case, env, model_config(c)):
+                                        break
+                                    estimate += _estimate(case, model_config(c), c)
+                            else:
+                                skip = skip or _fits(case, env, model_config(config))
+                                estimate = _estimate(case, model_config(config))
+                            planned.append(Planned(case, skip, estimate))
     return planned
 
 
@@ -202,10 +221,19 @@ def _case(initiator: str, target: str, kind: str, params: dict, steps: int, warm
     return Case(NAME, initiator, target, kind, params, repetitions=steps, warmup=warmup)
 
 
+def _shape(case: Case, config: str) -> tuple[int, int]:
+    from cxlbench.training.configs import train_config
+    base = train_config(config, batch=case.params.get("batch"), seq_len=case.params.get("seq"))
+    return base.batch, base.seq_len
+
+
 def _host_needs(case: Case, cfg) -> dict[str, int]:
-    """Bytes each named tier must hold for a train case (estimate, for planning)."""
+    """Bytes each named tier must hold for a train case (an estimate). The grads' tier
+    also holds what is not placed: the fp32 model while it is built (twice, briefly)
+    and, on a CPU run, the compute copy."""
     n = cfg.num_params()
     p = case.params
+    batch, seq = _shape(case, cfg.name)
     gpu = p["compute"] == "gpu"
     grad_bytes = 2 if gpu else 4
     needs: dict[str, int] = {}
@@ -216,18 +244,20 @@ def _host_needs(case: Case, cfg) -> dict[str, int]:
     if p["engine"] == "offload":
         add(p["params_on"], 4 * n + (2 * n if gpu else 0))
         add(case.target, 8 * n)
-        add(p["grads_on"], grad_bytes * n)
+        add(p["grads_on"], grad_bytes * n + 8 * n + (0 if gpu else 4 * n))
     elif p["engine"] == "fsdp2_cpu_offload":
         add(case.target, 16 * n)
     else:
         add(case.target, 16 * n)
     if p["activations_on"] != "device":
-        per_layer = p["batch"] * p["seq"] * cfg.dim * (2 if p["activation_checkpointing"] else 34)
+        per_layer = batch * seq * cfg.dim * (2 if p["activation_checkpointing"] else 34)
         add(p["activations_on"], per_layer * cfg.n_layers)
     return needs
 
 
-def _fits(case: Case, env: Env, cfg) -> str | None:
+def _fits(case: Case, env: Env, cfg, fresh: bool = False) -> str | None:
+    """Why a case's state would not fit its tiers (80% of their free memory), or None.
+    fresh: read the nodes' free memory now rather than the planning snapshot."""
     for name, need in _host_needs(case, cfg).items():
         tier = env.tiers.get(name)
         if tier is None:
@@ -237,15 +267,28 @@ def _fits(case: Case, env: Env, cfg) -> str | None:
         else:
             node = env.machine.nodes.get(tier.node) if tier.node is not None else None
             free = node.mem_free_bytes if node is not None else tier.free_bytes
+            if fresh and tier.node is not None:
+                free = _node_free_now(tier.node) or free
         if free and need > 0.8 * free:
             return f"needs ~{need / 2**30:.1f} GiB on {name}, which has {free / 2**30:.1f} GiB free"
     return None
 
 
-def _estimate(case: Case, cfg) -> float:
+def _node_free_now(node: int) -> int | None:
+    try:
+        with open(f"/sys/devices/system/node/node{node}/meminfo") as f:
+            for line in f:
+                if "MemFree:" in line:
+                    return int(line.split()[-2]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _estimate(case: Case, cfg, config: str | None = None) -> float:
     p = case.params
-    tokens = p["batch"] * p["seq"]
-    flops = cfg.flops_per_token(p["seq"]) * tokens
+    batch, seq = _shape(case, config or cfg.name)
+    flops = cfg.flops_per_token(seq) * batch * seq
     rate = 3e14 if p["compute"] == "gpu" else 2e10
     per_step = flops / rate + cfg.num_params() / (1e9 if p["compute"] == "gpu" else 2e8)
     return 8.0 + (case.repetitions + case.warmup) * per_step * (2 if p["engine"] != "none" else 1)
@@ -279,8 +322,11 @@ def _plan_optimizer(spec: dict, env: Env) -> list[Planned]:
 # ---- measuring --------------------------------------------------------------------
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
-    if case.params.get("mode") == "optimizer":
+    mode = case.params.get("mode")
+    if mode == "optimizer":
         return _measure_optimizer(case, env, info)
+    if mode == "find_max":
+        return _measure_find_max(case, env, info)
     return _measure_train(case, env, info)
 
 
@@ -330,8 +376,23 @@ def _placement_of(case: Case, env: Env):
 def _measure_train(case: Case, env: Env, info: dict) -> list[Sample]:
     import torch
 
-    from cxlbench.training.configs import train_config
     from cxlbench.training.placement import PlacementError
+
+    try:
+        result = _run(case, env, info, case.params["config"])
+    except torch.OutOfMemoryError as e:
+        raise Skip(f"does not fit: GPU out of memory ({str(e).splitlines()[0]})") from None
+    except MemoryError as e:
+        raise Skip(f"does not fit: host out of memory ({e})") from None
+    except PlacementError as e:      # not placeable, or found elsewhere: never measured there
+        raise Skip(str(e)) from None
+    return _train_samples(result, info)
+
+
+def _run(case: Case, env: Env, info: dict, config: str):
+    import torch
+
+    from cxlbench.training.configs import train_config
     from cxlbench.training.session import RunSpec, run
 
     p = case.params
@@ -345,19 +406,52 @@ def _measure_train(case: Case, env: Env, info: dict) -> list[Sample]:
     placement, nvme_dir = _placement_of(case, env)
     local = initiator.node if initiator is not None else None
     buffer_node = placement.grads if isinstance(placement.grads, int) else local
-    train = train_config(p["config"], batch=p["batch"], seq_len=p["seq"], steps=case.repetitions,
+    train = train_config(config, batch=p["batch"], seq_len=p["seq"], steps=case.repetitions,
                          warmup_steps=case.warmup, activation_checkpointing=p["activation_checkpointing"])
-    spec = RunSpec(p["config"], p["engine"], train, placement, device, nvme_dir, p.get("impl", "fused"),
+    spec = RunSpec(config, p["engine"], train, placement, device, nvme_dir, p.get("impl", "fused"),
                    buffer_node, local if device == "cpu" else None)
-    try:
-        result = run(spec)
-    except torch.OutOfMemoryError as e:
-        raise Skip(f"does not fit: GPU out of memory ({str(e).splitlines()[0]})") from None
-    except MemoryError as e:
-        raise Skip(f"does not fit: host out of memory ({e})") from None
-    except PlacementError as e:      # not placeable, or found elsewhere: never measured there
-        raise Skip(str(e)) from None
-    return _train_samples(result, info)
+    return run(spec)
+
+
+def _measure_find_max(case: Case, env: Env, info: dict) -> list[Sample]:
+    """Configs smallest first, a few steps each; the first that does not fit ends the
+    search. Not fitting (host or pinned memory refused, GPU OOM, or an estimate past
+    the free memory) is a finding, recorded with its reason, not a failure."""
+    import gc
+
+    import torch
+
+    from cxlbench.training.configs import model_config
+    from cxlbench.training.placement import PlacementError
+
+    findings: dict[str, str] = {}
+    largest, samples = None, []
+    for config in case.params["config"].split(","):
+        cfg = model_config(config)
+        too_big = _fits(case, env, cfg, fresh=True)
+        if too_big:
+            findings[config] = f"does not fit (estimated): {too_big}"
+            break
+        try:
+            r = _run(case, env, {}, config)
+        except torch.OutOfMemoryError as e:
+            findings[config] = f"GPU out of memory: {str(e).splitlines()[0]}"
+            break
+        except (PlacementError, MemoryError) as e:
+            findings[config] = f"host memory refused: {e}"
+            break
+        finally:
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        findings[config] = f"fits: {r.tokens_per_step / r.median('step_s'):.4g} tokens/s"
+        largest = (config, r.n_params)
+    info["find_max"] = findings
+    if largest is None:
+        raise Skip(f"not even {case.params['config'].split(',')[0]} fits: "
+                   f"{next(iter(findings.values()), '')}")
+    samples.append(Sample("max_params", largest[1], 0, {"max_config": largest[0]}))
+    return samples
 
 
 def _train_samples(r, info: dict) -> list[Sample]:

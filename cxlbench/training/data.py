@@ -23,9 +23,9 @@ class MarkovTokens:
         g = torch.Generator().manual_seed(seed)
         self.probs = torch.tensor(probs, dtype=torch.float64)
         self.probs /= self.probs.sum()
-        # successors[t, j]: the j-th possible next token after t
-        self.successors = torch.stack([torch.randperm(vocab_size, generator=g)[: len(probs)]
-                                       for _ in range(vocab_size)])
+        # successors[t, j]: the j-th possible next token after t (a repeat among a
+        # token's successors only merges two of its branches: ~k²/2V of them)
+        self.successors = torch.randint(vocab_size, (vocab_size, len(probs)), generator=g)
 
     @property
     def entropy(self) -> float:

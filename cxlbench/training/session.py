@@ -114,7 +114,10 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
         n_params=numel, n_params_nonembed=numel - cfg.vocab_size * cfg.dim,
         n_layers=cfg.n_layers, dim=cfg.dim, seq_len=train.seq_len,
         tokens_per_step=train.batch * train.seq_len,
-        grad_bytes=2 if engine.cuda else 4, param_bytes=2 if engine.cuda else 4,
+        # bf16 crosses PCIe in our engine; FSDP2 moves fp32 shards (reduce_dtype fp32, then
+        # casts on the GPU); a CPU run copies fp32
+        grad_bytes=2 if engine.cuda and spec.engine == "offload" else 4,
+        param_bytes=2 if engine.cuda and spec.engine == "offload" else 4,
         nvme_bytes=(12 if spec.placement.params == "nvme" else 8) if spec.placement.optimizer == "nvme" else 0,
         offload=spec.engine != "none", chunks=max(1, -(-numel // max(1, train.chunk_params))))
     overlap = {"none": "none", "fsdp2_cpu_offload": "serial"}.get(
@@ -172,6 +175,10 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
             opt = probes.device_adamw_params_per_s(n, engine.device, "fused")
         else:
             opt = statistics.median(adamw_probe(n, engine.impl, steps=5))
-    else:                                      # FSDP2: host AdamW on ordinary memory
+    else:                    # FSDP2: fp32 shards cross PCIe from pinned memory; host AdamW
+        host = torch.empty(n, dtype=torch.float32, pin_memory=True)
+        dev = torch.empty(n, dtype=torch.float32, device=engine.device)
+        d2h, h2d = probes.copy_Bps(host, dev), probes.copy_Bps(dev, host)
+        del host, dev
         opt = statistics.median(adamw_probe(n, "foreach" if engine.impl == "foreach" else "fused", steps=3))
     return Rates(f_eff, d2h, h2d, opt, nvme_r, nvme_w), peak

@@ -1,0 +1,134 @@
+"""The training engines on a GPU: bf16 compute on the device, state on host tiers.
+
+Skipped without CUDA. Each test is a few tiny-config steps (seconds on any GPU);
+they check behaviour — the loss falls, buffers are pinned and on their node,
+offloaded activations change nothing, the FSDP2 reference runs — not speed.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")]
+
+from cxlbench.training.configs import model_config, train_config  # noqa: E402
+from cxlbench.training.data import MarkovTokens  # noqa: E402
+from cxlbench.training.engine import Fsdp2Engine, NoOffloadEngine, OffloadEngine  # noqa: E402
+from cxlbench.training.placement import Placement  # noqa: E402
+
+
+def _gpu_node() -> int:
+    """The GPU's NUMA node from sysfs (0 when the platform does not say)."""
+    try:
+        p = torch.cuda.get_device_properties(0)
+        address = f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+        with open(f"/sys/bus/pci/devices/{address}/numa_node") as f:
+            return max(int(f.read()), 0)
+    except (AttributeError, OSError, ValueError, RuntimeError):
+        return 0
+
+
+NODE = _gpu_node() if torch.cuda.is_available() else 0
+
+
+def _batches(n=12, batch=8, seq=128):
+    cfg = model_config("tiny")
+    return cfg, MarkovTokens(cfg.vocab_size).batches(n, batch, seq)
+
+
+@pytest.mark.parametrize("where", ["ddr", "nvme", "activations"])
+def test_offload_engine_trains_on_the_gpu(tmp_path, where):
+    cfg, batches = _batches()
+    placement = {"ddr": Placement(NODE, NODE, NODE),
+                 "nvme": Placement("nvme", "nvme", NODE),
+                 "activations": Placement(NODE, NODE, NODE, activations=NODE)}[where]
+    engine = OffloadEngine(cfg, train_config("tiny", chunk_params=1 << 14), placement, "cuda:0",
+                           nvme_dir=str(tmp_path))
+    try:
+        assert engine.flat.dtype == torch.bfloat16 and engine.flat.is_cuda
+        assert engine.grads.is_pinned() and engine.staging.is_pinned()
+        times = [engine.step(*engine.prepare(b)) for b in batches]
+        engine.verify()
+        memory = engine.memory()
+        master = engine.master_params()
+    finally:
+        engine.close()
+    losses = [t.loss for t in times]
+    assert losses[0] == pytest.approx(math.log(cfg.vocab_size), abs=0.1)
+    assert losses[-1] < losses[0] - 0.5
+    assert torch.isfinite(master).all()
+    assert memory["pinned"] > 0 and memory["hbm_allocated_peak"] > 0
+    assert all(t.forward_s > 0 and t.backward_s > 0 and t.optimizer_s > 0 for t in times)
+
+
+def test_offloaded_activations_change_nothing():
+    cfg, batches = _batches(n=3)
+    train = train_config("tiny", activation_checkpointing=True)
+    results = []
+    for act in ("device", NODE):
+        engine = OffloadEngine(cfg, train, Placement(NODE, NODE, NODE, activations=act), "cuda:0")
+        try:
+            results.append([engine.step(*engine.prepare(b)).loss for b in batches])
+        finally:
+            engine.close()
+    # the same kernels on the same values: the stash only moves bytes
+    assert results[0] == pytest.approx(results[1], rel=1e-6)
+
+
+def test_offload_engine_follows_the_no_offload_reference():
+    """bf16 compute with fp32 master weights vs fp32 weights under bf16 autocast:
+    different roundings, the same training — the loss curves stay close."""
+    cfg, batches = _batches(n=10)
+    train = train_config("tiny")
+    ref = NoOffloadEngine(cfg, train, "cuda:0")
+    ref_losses = [ref.step(*ref.prepare(b)).loss for b in batches]
+    engine = OffloadEngine(cfg, train, Placement(NODE, NODE, NODE), "cuda:0")
+    try:
+        losses = [engine.step(*engine.prepare(b)).loss for b in batches]
+    finally:
+        engine.close()
+    assert losses == pytest.approx(ref_losses, abs=0.15)
+
+
+def test_fsdp2_cpu_offload_reference_runs_at_world_size_1():
+    cfg, batches = _batches(n=6)
+    engine = Fsdp2Engine(cfg, train_config("tiny"), "cuda:0")
+    try:
+        losses = [engine.step(*engine.prepare(b)).loss for b in batches]
+        memory = engine.memory()
+    finally:
+        engine.close()
+    assert losses[-1] < losses[0] and all(math.isfinite(x) for x in losses)
+    assert memory["pinned"] > 0                  # CPUOffloadPolicy(pin_memory=True)
+    assert engine.impl in ("fused", "foreach")
+
+
+def test_the_family_reports_mfu_and_a_model_verdict_on_the_gpu(tmp_path):
+    from cxlbench.benchmarks import training
+    from cxlbench.runner.run import build_env
+    env = build_env("/", [f"nvme={tmp_path}"], {})
+    spec = {"name": "training", "config": ["tiny"], "steps": 5, "warmup_steps": 2,
+            "engine": ["offload", "none"], "optimizer_on": ["ddr", "hbm"]}
+    cases = [p.case for p in training.plan(spec, env) if p.skip is None]
+    assert {c.params["engine"] for c in cases} == {"offload", "none"}
+    for case in cases:
+        info: dict = {}
+        samples = training.measure(case, env, info)
+        mfu = [s.value for s in samples if s.metric == "mfu"]
+        assert len(mfu) == 5 and all(0 < m < 1 for m in mfu)
+        assert "GPU offload" in info["what_was_measured"] or case.params["engine"] == "none"
+        assert "step_model" in info and info["loss_fell"]
+
+
+def test_pinned_copy_probe_is_in_pcie_range():
+    from cxlbench.training.placement import HostArena
+    from cxlbench.training.probes import copy_Bps
+    with HostArena(256 << 20, NODE, "probe") as arena:
+        arena.pin()
+        host = arena.take(64 << 20, torch.float32)
+        dev = torch.empty(64 << 20, device="cuda:0")
+        h2d = copy_Bps(dev, host)
+    assert 1e9 < h2d < 1e12           # between a slow PCIe 3 x4 and anything real
