@@ -55,6 +55,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("idle_s", "s", "lower"),
     Metric("predicted_step_s", "s", "lower"),    # the step-time model's prediction
     Metric("memory_bytes", "B", "lower"),        # peak/placed bytes per tier (column `memory`)
+    Metric("max_params", "params", "higher"),    # largest model that trains in a placement
 ]}
 
 
