@@ -1,0 +1,160 @@
+"""Comparison across runs and machines, machine identity vs context, calibration."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cxlbench.analysis import calibrate, compare, format_comparison, profile
+from cxlbench.analysis import synthetic as syn
+from cxlbench.analysis.compare import slots
+from cxlbench.analysis.thresholds import load_thresholds
+
+SMALL = dict(working_sets=[2**k for k in range(14, 31, 4)], threads=(1, 4), loaded=False)
+
+
+def machine_b(**kw):
+    """Another machine whose CXL node is node 3 (cxl3), not node 2."""
+    m, tiers = syn.machine(hostname="host-b", **kw)
+    for t in tiers:
+        if t.kind == "cxl":
+            t.name, t.node = "cxl3", 3
+    return m, tiers
+
+
+def test_slots_by_kind_and_ordinal():
+    m, tiers = machine_b()
+    run = syn.make_run(syn.suite_results(np.random.default_rng(0), tiers=("ddr0", "cxl3"), **SMALL),
+                       m=m, tiers=tiers)
+    s = slots(run.meta)
+    assert s["ddr0"] == "ddr[0]" and s["cxl3"] == "cxl[0]" and s["cpu:node0"] == "cpu[0]"
+
+
+def test_cases_match_across_machines_by_tier_kind():
+    rng = np.random.default_rng(1)
+    a = syn.make_run(syn.suite_results(rng, **SMALL), label="A")
+    m, tiers = machine_b()
+    slower_cxl = lambda c, metric: 1.3 if c.tier_kind == "cxl" else 1.0    # noqa: E731
+    b = syn.make_run(syn.suite_results(rng, tiers=("ddr0", "cxl3"), factor=slower_cxl, **SMALL),
+                     m=m, tiers=tiers, label="B")
+    cmp = compare([a, b])
+    rows = cmp.rows
+    assert cmp.unmatched.empty
+    cxl = rows[rows["target_slot"] == "cxl[0]"]
+    assert set(cxl["target_base"]) == {"cxl2"} and set(cxl["target"]) == {"cxl3"}
+    lat = cxl[cxl["metric"] == "latency_ns"]
+    bw = cxl[cxl["metric"] == "bandwidth_GBps"]
+    assert (lat["verdict"] == "slower").all()          # ns ×1.3: slower
+    assert (bw["verdict"] == "faster").all()           # GB/s ×1.3: faster, not slower
+    assert rows.loc[rows["target_slot"] == "ddr[0]", "verdict"].isin(["same", "inconclusive"]).all()
+    text = format_comparison(cmp)
+    assert "latency · latency_ns (ns, lower is better)" in text
+    assert "bandwidth · bandwidth_GBps (GB/s, higher is better)" in text
+    assert "✗ slower" in text and "✓ faster" in text and "90% CI" in text
+    assert "hostname" not in text            # info differences are not shown as machine differences
+
+
+def test_unmatched_cases_are_listed():
+    rng = np.random.default_rng(2)
+    a = syn.make_run(syn.suite_results(rng, **SMALL), label="A")
+    m, tiers = syn.machine(cxl=False)
+    b = syn.make_run(syn.suite_results(rng, tiers=("ddr0",), **SMALL), m=m, tiers=tiers, label="B")
+    cmp = compare([a, b])
+    assert len(cmp.unmatched) > 0
+    assert set(cmp.unmatched["target"]) == {"cxl2"}
+    assert cmp.unmatched["why"].str.contains("in A, not in B").all()
+    text = format_comparison(cmp)
+    assert "Unmatched" in text and "Different machines (identity)" in text and "tiers" in text
+
+
+def test_path_parameters_do_not_prevent_a_match():
+    rng = np.random.default_rng(3)
+    mk = lambda path: [syn.case_result("storage", "nvme0", {"path": path, "queue_depth": 1},  # noqa: E731
+                                       {"latency_ns": syn.noisy(rng, 40000.0, 0.02, 5)}, tier_kind="nvme")]
+    cmp = compare([syn.make_run(mk("/mnt/a"), label="A"), syn.make_run(mk("/scratch/b"), label="B")])
+    assert len(cmp.rows) == 1 and cmp.unmatched.empty
+
+
+def test_three_runs_are_compared_with_the_first():
+    rng = np.random.default_rng(4)
+    runs = [syn.make_run(syn.suite_results(rng, tiers=("ddr0",), factor=lambda c, m, f=f: f, **SMALL),
+                         label=name) for name, f in (("base", 1.0), ("x", 1.0), ("y", 1.25))]
+    cmp = compare(runs)
+    assert set(cmp.rows["run"]) == {1, 2}
+    y = cmp.rows[cmp.rows["run"] == 2]
+    assert y["ratio"].between(1.15, 1.35).all()
+    assert cmp.counts(2)["slower"] + cmp.counts(2)["faster"] == len(y)
+    text = format_comparison(cmp, limit=3)
+    assert "base" in text and "x" in text and "y" in text and "more" in text
+
+
+def test_identity_context_and_info():
+    rng = np.random.default_rng(5)
+    base = syn.make_run([], label="a")
+    p = profile(base.meta)
+    assert p.identity["cpu_model"].startswith("Synthetic Xeon") and p.identity["kernel"] == "6.1.0-synthetic"
+    assert p.identity["tiers"] == [("cxl", 128.0), ("ddr", 64.0)]
+    assert p.context["thp_enabled"] == "madvise" and p.context["governor"] == "performance"
+    assert p.info["hostname"] == "synth-host"
+    m, tiers = syn.machine(hostname="elsewhere", governor="powersave", ddr_bytes=int(64 * 2**30 * 0.98))
+    other = syn.make_run([], m=m, tiers=tiers)
+    cmp = compare([base, other])
+    assert not cmp.identity_differences
+    assert [d.field for d in cmp.context_differences] == ["governor"]
+    assert any(d.field == "hostname" and d.kind == "info" for d in cmp.differences)
+    del rng
+
+
+def test_thresholds_file(tmp_path):
+    f = tmp_path / "t.toml"
+    f.write_text('default = "3%"\n[benchmarks]\nlatency = 0.2\n[benchmarks.training]\ntokens_per_s = 0.04\n'
+                 'default = 0.07\n')
+    t = load_thresholds(f)
+    assert t.for_case("latency", "latency_ns") == 0.2
+    assert t.for_case("training", "tokens_per_s") == 0.04 and t.for_case("training", "loss") == 0.07
+    assert t.for_case("bandwidth", "bandwidth_GBps") == 0.03
+    assert load_thresholds(f, "10%").for_case("bandwidth", "bandwidth_GBps") == 0.10
+    assert load_thresholds(None).default == 0.05
+    f.write_text("defualt = 0.1\n")
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_thresholds(f)
+
+
+# ------------------------------------------------------------------ calibrate
+
+def test_calibrate_on_an_aa_pair():
+    rng = np.random.default_rng(6)
+    a = syn.make_run(syn.suite_results(rng, **SMALL), label="a1")
+    b = syn.make_run(syn.suite_results(rng, **SMALL), label="a2")
+    cal = calibrate(a, b)
+    assert cal.false_positive_rate == 0.0
+    assert cal.expected_false_positive_rate < 0.01
+    assert len(cal.cases) == len(cal.comparison.rows)
+    assert (cal.cases["rcv"] > 0.005).all() and (cal.cases["rcv"] < 0.05).all()   # 2% noise
+    assert set(cal.benchmarks["benchmark"]) == {"latency", "bandwidth"}
+    text = cal.format()
+    assert "False positives: 0.0%" in text and "suggested" in text
+    toml = cal.thresholds_toml()
+    path_free = load_thresholds.__module__  # the TOML parses back as a thresholds file
+    assert "[benchmarks]" in toml and path_free
+    import tomllib
+    data = tomllib.loads(toml)
+    assert set(data["benchmarks"]) == {"latency", "bandwidth"}
+    assert all(0.02 <= v <= 0.10 for v in data["benchmarks"].values())
+    assert cal.to_dict()["false_positive_rate"] == 0.0
+
+
+def test_calibrate_sees_run_to_run_noise_that_repetitions_hide():
+    """Each run gets its own offset per case (page placement): repetitions don't see
+    it, the A/A pair does — calibrate says so and suggests a wider threshold."""
+    rng = np.random.default_rng(7)
+
+    def run(label):
+        shift = {}
+        def factor(case, metric):
+            return shift.setdefault(case.case_id, float(np.exp(rng.normal(0, 0.15))))
+        return syn.make_run(syn.suite_results(rng, noise=0.01, factor=factor, **SMALL), label=label)
+
+    cal = calibrate(run("a1"), run("a2"))
+    assert cal.false_change_rate > 0.3
+    assert cal.false_change_rate > 5 * cal.expected_false_positive_rate
+    assert (cal.benchmarks["suggested_threshold"] >= 0.2).all()

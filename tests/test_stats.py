@@ -1,0 +1,159 @@
+"""Statistics: pure functions over per-repetition values."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cxlbench.analysis import stats, summary
+from cxlbench.analysis import synthetic as syn
+
+
+def test_order_statistic_ranks():
+    assert stats.order_stat_rank(5) == (1, 0.9375)        # min..max is all 5 values can give
+    assert stats.order_stat_rank(6)[0] == 1
+    k, cover = stats.order_stat_rank(11)
+    assert k == 2 and cover == pytest.approx(1 - 2 * 12 / 2048)
+    k, cover = stats.order_stat_rank(20)
+    assert k == 6 and cover == pytest.approx(0.9586, abs=1e-4)
+    k, cover = stats.order_stat_rank(5000)
+    assert 2400 < k < 2500 and 0.94 < cover < 0.96
+    assert stats.order_stat_rank(0) == (0, 0.0)
+
+
+def test_median_ci():
+    lo, hi, cover = stats.median_ci([5, 1, 4, 2, 3])
+    assert (lo, hi) == (1, 5) and cover == 0.9375
+    assert stats.median_ci([7.0])[:2] == (7.0, 7.0)
+    assert math.isnan(stats.median_ci([])[0])
+    assert stats.median([1, 2, np.nan, 3]) == 2
+    assert stats.robust_cv([100, 100, 100, 100]) == 0
+    assert stats.robust_cv([100, 101, 99, 100, 1000]) < 0.02      # one outlier doesn't drag it
+
+
+@pytest.mark.parametrize("p,df,expected", [(0.975, 1, 12.7062), (0.975, 8, 2.3060), (0.95, 8, 1.8595),
+                                           (0.95, 30, 1.6973), (0.975, 1e9, 1.9600), (0.9, 3, 1.6377), (0.9, 4, 1.5332)])
+def test_t_quantile(p, df, expected):
+    assert stats.t_quantile(p, df) == pytest.approx(expected, abs=2e-3)
+    assert stats.t_quantile(1 - p, df) == pytest.approx(-expected, abs=2e-3)
+    assert stats.t_cdf(stats.t_quantile(p, df), df) == pytest.approx(p, abs=1e-9)
+
+
+def test_ratio_of_medians_and_interval():
+    r = stats.ratio_ci([100, 102, 98, 101, 99], [110, 112, 108, 111, 109])
+    assert r.ratio == pytest.approx(1.10)
+    assert r.lo < 1.10 < r.hi and r.df == 8 and r.n_base == r.n_cur == 5
+    assert r.confidence == stats.CONFIDENCE == 0.90
+    w = stats.ratio_ci([100, 102, 98], [110, 112, 108, 111, 109, 110, 111])
+    assert 2 < w.df < 8                                     # Welch–Satterthwaite for unequal counts
+
+
+def test_too_few_or_bad_values_have_no_interval():
+    for base, cur, why in [([1.0], [1.0, 2.0], "at least 2"), ([], [1.0], "no values"),
+                           ([1.0, -1.0], [1.0, 2.0], "positive")]:
+        r = stats.ratio_ci(base, cur)
+        assert not r.has_ci and why in r.note
+        ch = stats.judge(r, "lower", 0.05)
+        assert ch.verdict == stats.INCONCLUSIVE and math.isinf(ch.mde)
+
+
+positive = st.lists(st.floats(min_value=1.0, max_value=1e6), min_size=2, max_size=12)
+
+
+@settings(max_examples=80, deadline=None)
+@given(positive, positive, st.floats(min_value=1e-3, max_value=1e3))
+def test_ratio_interval_is_scale_free_and_reciprocal(base, cur, scale):
+    r = stats.ratio_ci(base, cur)
+    s = stats.ratio_ci([b * scale for b in base], [c * scale for c in cur])
+    assert s.ratio == pytest.approx(r.ratio, rel=1e-9)
+    assert s.lo == pytest.approx(r.lo, rel=1e-6) and s.hi == pytest.approx(r.hi, rel=1e-6)
+    back = stats.ratio_ci(cur, base)
+    assert back.lo == pytest.approx(1 / r.hi, rel=1e-6) and back.hi == pytest.approx(1 / r.lo, rel=1e-6)
+    assert r.lo <= r.hi
+
+
+def test_interval_covers_the_true_ratio_at_its_confidence():
+    rng = np.random.default_rng(0)
+    trials, hits = 4000, 0
+    for _ in range(trials):
+        a = 100 * np.exp(rng.normal(0, 0.05, 5))
+        b = 120 * np.exp(rng.normal(0, 0.05, 5))
+        r = stats.ratio_ci(a, b)
+        hits += r.lo <= 1.2 <= r.hi
+    assert 0.88 <= hits / trials <= 0.92
+
+
+@pytest.mark.parametrize("lo,hi,better,verdict", [
+    (1.07, 1.12, "lower", stats.SLOWER), (1.07, 1.12, "higher", stats.FASTER),
+    (0.85, 0.93, "lower", stats.FASTER), (0.85, 0.93, "higher", stats.SLOWER),
+    (0.97, 1.03, "lower", stats.SAME), (0.97, 1.03, "higher", stats.SAME),
+    (0.97, 1.08, "lower", stats.INCONCLUSIVE), (1.02, 1.06, "higher", stats.INCONCLUSIVE),
+    (0.80, 1.30, "lower", stats.INCONCLUSIVE)])
+def test_verdict_direction_comes_from_better(lo, hi, better, verdict):
+    r = stats.Ratio((lo + hi) / 2, lo, hi, 0.02, 8, 5, 5, 0.9)
+    ch = stats.judge(r, better, 0.05)
+    assert ch.verdict == verdict
+    assert ch.mde > 0.05 and math.isfinite(ch.mde)
+
+
+def test_minimum_detectable_effect():
+    mde = stats.minimum_detectable_effect
+    assert mde(0.01, 8, 0.05) < mde(0.02, 8, 0.05) < mde(0.05, 8, 0.05)
+    assert mde(0.02, 38, 0.05) < mde(0.02, 8, 0.05)          # more repetitions, smaller MDE
+    assert mde(0.0, 8, 0.05) == pytest.approx(0.05)
+    # 2% noise, 5 repetitions each: the gate catches about 8.6% with 80% power
+    assert mde(0.02 * math.sqrt(2 / 5), 8, 0.05) == pytest.approx(0.086, abs=0.003)
+    with pytest.raises(ValueError):
+        stats.judge(stats.ratio_ci([1, 2], [1, 2]), "sideways", 0.05)
+
+
+def test_false_alarm_probability_is_bounded():
+    p = stats.false_alarm_probability
+    assert p(0.005, 8, 0.05) < 1e-5
+    assert p(0.02, 8, 0.05) < p(0.05, 8, 0.05) < p(0.5, 8, 0.05) < 0.05
+    assert p(0.0, 8, 0.05) == 0.0 and math.isnan(p(math.nan, 8, 0.05))
+
+
+# ------------------------------------------------------------------ per repetition, never pooled
+
+def test_repetitions_reduce_inner_samples_to_their_median():
+    rng = np.random.default_rng(0)
+    vals = syn.noisy(rng, 100.0, 0.01, repetitions=5, inner=50, process_noise=0.05)
+    run = syn.make_run([syn.case_result("latency", "ddr0", {"working_set_bytes": 2**30},
+                                        {"latency_ns": vals})])
+    reps = summary.repetitions(run.samples)
+    assert len(reps) == 5 and set(reps["n_inner"]) == {50}
+    assert np.allclose(np.sort(reps["value"]), np.sort(np.median(vals, axis=1)))
+    pts = summary.points(reps)
+    assert len(pts) == 1 and pts["n"].iloc[0] == 5 and pts["n_inner"].iloc[0] == 50
+    assert pts["lo"].iloc[0] <= pts["median"].iloc[0] <= pts["hi"].iloc[0]
+
+
+def test_sample_level_axes_make_separate_points():
+    """Loaded latency stores one sample per delay in each repetition: delay is an axis."""
+    rng = np.random.default_rng(0)
+    res = syn.suite_results(rng, tiers=("ddr0",), working_sets=[2**20], threads=(1,), kernels=("read",),
+                            pages=(4096,), extras=False, loaded=False)
+    from cxlbench.results.schema import Sample
+    r = syn.case_result("loaded_latency", "ddr0", {"mix": "read"}, {})
+    r.samples = [Sample(m, v * (1 + d / 100), rep, {"delay_cycles": d}) for rep in range(5)
+                 for d in (0, 100, 1000) for m, v in (("latency_ns", 200.0), ("bandwidth_GBps", 20.0))]
+    r.status = "ok"
+    run = syn.make_run(res + [r])
+    reps = summary.repetitions(run.samples)
+    assert summary.axis_columns(run.samples) == ["delay_cycles"]
+    pts = summary.points(reps)
+    loaded = pts[pts["benchmark"] == "loaded_latency"]
+    assert len(loaded) == 6 and set(loaded["n"]) == {5}
+    assert loaded["point"].str.contains(r"\|delay_cycles=1000").any()
+    assert len(pts[pts["benchmark"] == "latency"]) == 1
+
+
+def test_points_of_an_empty_run():
+    run = syn.make_run([])
+    pts = summary.points(summary.repetitions(run.samples))
+    assert pts.empty and isinstance(pts, pd.DataFrame)
