@@ -1,0 +1,297 @@
+/* Pointer chase: every line of the buffer holds the absolute address of the
+ * next line to load, so each load depends on the one before it and the time
+ * per step is the latency of one access.
+ *
+ * The order is a random single cycle over every line (no line is skipped,
+ * none visited twice per lap), built in place with Sattolo's algorithm, so
+ * it needs no memory beyond the buffer. Optionally the order is random only
+ * within windows of W bytes and the windows are visited in random order
+ * (multichase's scheme: with W = 64 pages most loads hit a page whose
+ * translation is cached, separating cache misses from TLB misses). Several
+ * chains, each a single cycle over its own share of the lines, are followed
+ * in lockstep to measure memory-level parallelism.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "native.h"
+
+/* ---- random numbers: xoshiro256**, seeded through splitmix64 ------------ */
+
+struct rng {
+    uint64_t s[4];
+};
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void rng_seed(struct rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rng_next(struct rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, n), n > 0, without modulo bias (Lemire's method). */
+static size_t rng_below(struct rng *r, size_t n)
+{
+    unsigned __int128 m = (unsigned __int128)rng_next(r) * n;
+    uint64_t low = (uint64_t)m;
+    if (low < n) {
+        uint64_t threshold = -(uint64_t)n % n;
+        while (low < threshold) {
+            m = (unsigned __int128)rng_next(r) * n;
+            low = (uint64_t)m;
+        }
+    }
+    return (size_t)(m >> 64);
+}
+
+/* ---- building the cycles -------------------------------------------------- */
+
+struct lines {
+    uintptr_t base;
+    size_t line_bytes;
+};
+
+static uintptr_t line_addr(const struct lines *L, size_t i)
+{
+    return L->base + i * L->line_bytes;
+}
+
+static uintptr_t *slot(uintptr_t addr)
+{
+    return (uintptr_t *)addr;
+}
+
+/* One random single cycle over lines [lo, lo + m): Sattolo's algorithm run on
+ * the "next" values stored in the lines themselves. Starting from the identity
+ * (each line pointing to itself), swapping entry i with a random j < i, for i
+ * from the top down, yields a uniformly random cyclic permutation. */
+static void sattolo(const struct lines *L, size_t lo, size_t m, struct rng *r)
+{
+    for (size_t i = 0; i < m; i++)
+        *slot(line_addr(L, lo + i)) = line_addr(L, lo + i);
+    for (size_t i = m - 1; i > 0; i--) {
+        size_t j = rng_below(r, i);
+        uintptr_t *si = slot(line_addr(L, lo + i)), *sj = slot(line_addr(L, lo + j));
+        uintptr_t t = *si;
+        *si = *sj;
+        *sj = t;
+    }
+}
+
+/* Link lines [first, first + count) into ONE cycle, random within windows of
+ * `window_lines` lines, windows in random order. *head_out = its first line. */
+static int link_share(const struct lines *L, size_t first, size_t count, size_t window_lines,
+                      struct rng *r, size_t *head_out)
+{
+    size_t nwin = (count + window_lines - 1) / window_lines;
+
+    for (size_t w = 0; w < nwin; w++) {
+        size_t lo = w * window_lines;
+        size_t m = count - lo < window_lines ? count - lo : window_lines;
+        sattolo(L, first + lo, m, r);
+    }
+    if (nwin == 1) {
+        *head_out = first + rng_below(r, count);
+        return 0;
+    }
+
+    size_t *order = malloc(nwin * sizeof *order);
+    if (!order)
+        return ENOMEM;
+    for (size_t w = 0; w < nwin; w++)
+        order[w] = w;
+    for (size_t w = nwin - 1; w > 0; w--) {   /* Fisher-Yates */
+        size_t j = rng_below(r, w + 1), t = order[w];
+        order[w] = order[j];
+        order[j] = t;
+    }
+
+    /* Splice the window cycles into one: enter each window at a random line;
+     * the line that led back to that entry leads to the next window instead. */
+    uintptr_t first_entry = 0, prev_exit = 0;
+    for (size_t k = 0; k < nwin; k++) {
+        size_t lo = order[k] * window_lines;
+        size_t m = count - lo < window_lines ? count - lo : window_lines;
+        uintptr_t entry = line_addr(L, first + lo + rng_below(r, m));
+        uintptr_t exit = entry;
+        while (*slot(exit) != entry)
+            exit = *slot(exit);
+        if (k == 0)
+            first_entry = entry;
+        else
+            *slot(prev_exit) = entry;
+        prev_exit = exit;
+    }
+    *slot(prev_exit) = first_entry;
+    *head_out = (first_entry - L->base) / L->line_bytes;
+    free(order);
+    return 0;
+}
+
+int cb_chase_init(uintptr_t base, size_t length, size_t line_bytes, size_t window_bytes,
+                  size_t chains, uint64_t seed, uintptr_t *heads_out)
+{
+    if (line_bytes < sizeof(uintptr_t) || line_bytes % sizeof(uintptr_t) != 0 ||
+        base % sizeof(uintptr_t) != 0)
+        return EINVAL;
+    size_t nlines = length / line_bytes;
+    if (chains == 0 || nlines < chains)
+        return EINVAL;
+    if (window_bytes % line_bytes != 0)
+        return EINVAL;
+    size_t window_lines = window_bytes ? window_bytes / line_bytes : nlines;
+
+    struct lines L = { base, line_bytes };
+    struct rng r;
+    rng_seed(&r, seed);
+
+    /* Each chain owns a contiguous share: whole windows when there are at
+     * least as many windows as chains, else an equal number of lines. */
+    size_t nwin = (nlines + window_lines - 1) / window_lines;
+    for (size_t c = 0; c < chains; c++) {
+        size_t lo, hi;
+        if (window_bytes && nwin >= chains) {
+            lo = c * nwin / chains * window_lines;
+            hi = (c + 1) * nwin / chains * window_lines;
+            if (hi > nlines)
+                hi = nlines;
+        } else {
+            lo = c * nlines / chains;
+            hi = (c + 1) * nlines / chains;
+        }
+        size_t wl = window_lines < hi - lo ? window_lines : hi - lo;
+        size_t head;
+        int err = link_share(&L, lo, hi - lo, wl, &r, &head);
+        if (err)
+            return err;
+        heads_out[c] = base + head * line_bytes;
+    }
+    return 0;
+}
+
+/* ---- following the chains ------------------------------------------------- */
+
+/* Where the last addresses go, so the compiler must perform every load. */
+static volatile uintptr_t chase_sink;
+
+#define STEP(p) ((p) = *(const uintptr_t *)(p))
+#define STEP8(p) do { STEP(p); STEP(p); STEP(p); STEP(p); \
+                      STEP(p); STEP(p); STEP(p); STEP(p); } while (0)
+
+static void chase1(uintptr_t *h, uint64_t steps)
+{
+    uintptr_t p0 = h[0];
+    uint64_t i = steps;
+    for (; i >= 8; i -= 8)
+        STEP8(p0);
+    for (; i > 0; i--)
+        STEP(p0);
+    chase_sink = p0;
+}
+
+static void chase2(uintptr_t *h, uint64_t steps)
+{
+    uintptr_t p0 = h[0], p1 = h[1];
+    for (uint64_t i = 0; i < steps; i++) {
+        STEP(p0);
+        STEP(p1);
+    }
+    chase_sink = p0 ^ p1;
+}
+
+static void chase4(uintptr_t *h, uint64_t steps)
+{
+    uintptr_t p0 = h[0], p1 = h[1], p2 = h[2], p3 = h[3];
+    for (uint64_t i = 0; i < steps; i++) {
+        STEP(p0);
+        STEP(p1);
+        STEP(p2);
+        STEP(p3);
+    }
+    chase_sink = p0 ^ p1 ^ p2 ^ p3;
+}
+
+static void chase8(uintptr_t *h, uint64_t steps)
+{
+    uintptr_t p0 = h[0], p1 = h[1], p2 = h[2], p3 = h[3];
+    uintptr_t p4 = h[4], p5 = h[5], p6 = h[6], p7 = h[7];
+    for (uint64_t i = 0; i < steps; i++) {
+        STEP(p0); STEP(p1); STEP(p2); STEP(p3);
+        STEP(p4); STEP(p5); STEP(p6); STEP(p7);
+    }
+    chase_sink = p0 ^ p1 ^ p2 ^ p3 ^ p4 ^ p5 ^ p6 ^ p7;
+}
+
+/* Any other number of chains: the pointers live in an array (a store and a
+ * reload per step, a few cycles, still independent across chains). */
+static void chase_any(uintptr_t *h, size_t n, uint64_t steps)
+{
+    for (uint64_t i = 0; i < steps; i++)
+        for (size_t c = 0; c < n; c++)
+            STEP(h[c]);
+    uintptr_t x = 0;
+    for (size_t c = 0; c < n; c++)
+        x ^= h[c];
+    chase_sink = x;
+}
+
+uint64_t cb_chase_run(const uintptr_t *heads, size_t nheads, uint64_t steps)
+{
+    uintptr_t h[nheads ? nheads : 1];
+    for (size_t c = 0; c < nheads; c++)
+        h[c] = heads[c];
+    uint64_t t0 = cb_now_ns();
+    switch (nheads) {
+    case 0: break;
+    case 1: chase1(h, steps); break;
+    case 2: chase2(h, steps); break;
+    case 4: chase4(h, steps); break;
+    case 8: chase8(h, steps); break;
+    default: chase_any(h, nheads, steps); break;
+    }
+    return cb_now_ns() - t0;
+}
+
+int cb_chase_order(uintptr_t base, size_t length, uintptr_t head, size_t max_steps,
+                   size_t *offsets_out, size_t *count_out)
+{
+    uintptr_t start = head, p = start;
+    size_t n = 0;
+    *count_out = 0;
+    while (n < max_steps) {
+        if (length && (p < base || p - base + sizeof(uintptr_t) > length))
+            return EFAULT;
+        offsets_out[n++] = p - base;
+        *count_out = n;
+        p = *(const uintptr_t *)p;
+        if (p == start)
+            break;
+    }
+    return 0;
+}

@@ -1,0 +1,597 @@
+/* The Python binding of the C core: parse arguments, release the GIL around
+ * the work in chase.c / stream.c / numa.c / clock.c, convert the results.
+ * Addresses cross as Python ints (uintptr_t). Errors become OSError(errno,
+ * message) or ValueError; nothing here loops over data. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "native.h"
+
+#define MAX_CHAINS 4096
+
+/* ---- argument helpers ------------------------------------------------------ */
+
+static int conv_addr(PyObject *o, void *out)
+{
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return 0;
+    *(uintptr_t *)out = (uintptr_t)v;
+    return 1;
+}
+
+static int conv_size(PyObject *o, void *out)
+{
+    size_t v = PyLong_AsSize_t(o);
+    if (v == (size_t)-1 && PyErr_Occurred())
+        return 0;
+    *(size_t *)out = v;
+    return 1;
+}
+
+/* A sequence of ints into a new C array (PyMem_Free it). */
+static int int_array(PyObject *seq, const char *what, int **out, size_t *n)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast)
+        return -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+    int *arr = PyMem_Malloc((len ? len : 1) * sizeof *arr);
+    if (!arr) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1 && PyErr_Occurred()) {
+            PyMem_Free(arr);
+            Py_DECREF(fast);
+            return -1;
+        }
+        arr[i] = (int)v;
+    }
+    Py_DECREF(fast);
+    *out = arr;
+    *n = (size_t)len;
+    return 0;
+}
+
+/* OSError(err, "<what>: <strerror>"), with .errno set. */
+static PyObject *raise_os(int err, const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    PyObject *args = Py_BuildValue("(is)", err, what);
+    if (args) {
+        PyErr_SetObject(PyExc_OSError, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
+
+#define OS_FAIL(err, ...) raise_os((err), __VA_ARGS__)
+
+/* ---- mappings ---------------------------------------------------------------- */
+
+static PyObject *py_map_anonymous(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"length", "hugetlb_page_bytes", "fixed_addr", NULL};
+    size_t length, huge = 0;
+    uintptr_t fixed = 0, addr = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&O&:map_anonymous", kwlist, conv_size,
+                                     &length, conv_size, &huge, conv_addr, &fixed))
+        return NULL;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_map_anonymous(length, huge, fixed, &addr);
+    Py_END_ALLOW_THREADS
+    if (err == EINVAL && huge && (huge & (huge - 1) || length % huge))
+        return PyErr_Format(PyExc_ValueError,
+                            "hugetlb mapping: length %zu is not a multiple of the page size %zu "
+                            "(or that is not a power of two)", length, huge);
+    if (err)
+        return OS_FAIL(err, "mmap of %zu bytes%s: %s", length,
+                       huge ? " with hugetlb pages" : "", strerror(err));
+    return PyLong_FromUnsignedLongLong(addr);
+}
+
+static PyObject *py_reserve(PyObject *self, PyObject *args)
+{
+    size_t length;
+    uintptr_t addr = 0;
+    if (!PyArg_ParseTuple(args, "O&:reserve", conv_size, &length))
+        return NULL;
+    int err = cb_reserve(length, &addr);
+    if (err)
+        return OS_FAIL(err, "reserving %zu bytes of address space: %s", length, strerror(err));
+    return PyLong_FromUnsignedLongLong(addr);
+}
+
+/* unmap / mlock / munlock: (addr, length) -> None */
+#define ADDR_LEN_CALL(pyname, cname, what)                                        \
+    static PyObject *pyname(PyObject *self, PyObject *args)                       \
+    {                                                                             \
+        uintptr_t addr;                                                           \
+        size_t length;                                                            \
+        int err;                                                                  \
+        if (!PyArg_ParseTuple(args, "O&O&:" what, conv_addr, &addr, conv_size, &length)) \
+            return NULL;                                                          \
+        Py_BEGIN_ALLOW_THREADS                                                    \
+        err = cname(addr, length);                                                \
+        Py_END_ALLOW_THREADS                                                      \
+        if (err)                                                                  \
+            return OS_FAIL(err, what "(0x%lx, %zu): %s", (unsigned long)addr, length, \
+                           strerror(err));                                        \
+        Py_RETURN_NONE;                                                           \
+    }
+
+ADDR_LEN_CALL(py_unmap, cb_unmap, "munmap")
+ADDR_LEN_CALL(py_mlock, cb_mlock, "mlock")
+ADDR_LEN_CALL(py_munlock, cb_munlock, "munlock")
+
+static PyObject *py_madvise(PyObject *self, PyObject *args)
+{
+    uintptr_t addr;
+    size_t length;
+    int advice, err;
+    if (!PyArg_ParseTuple(args, "O&O&i:madvise", conv_addr, &addr, conv_size, &length, &advice))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_madvise(addr, length, advice);
+    Py_END_ALLOW_THREADS
+    if (err)
+        return OS_FAIL(err, "madvise(advice %d) on %zu bytes: %s", advice, length, strerror(err));
+    Py_RETURN_NONE;
+}
+
+/* ---- memory policy and placement ------------------------------------------- */
+
+static const struct {
+    const char *name;
+    int mode;
+} mpol_modes[] = {
+    {"default", CB_MPOL_DEFAULT},
+    {"preferred", CB_MPOL_PREFERRED},
+    {"bind", CB_MPOL_BIND},
+    {"interleave", CB_MPOL_INTERLEAVE},
+    {"local", CB_MPOL_LOCAL},
+    {"preferred_many", CB_MPOL_PREFERRED_MANY},
+    {"weighted_interleave", CB_MPOL_WEIGHTED_INTERLEAVE},
+};
+
+static PyObject *py_mbind(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"addr", "length", "nodes", "mode", "strict", "move", NULL};
+    uintptr_t addr;
+    size_t length, nnodes;
+    PyObject *nodes_obj;
+    const char *mode_name = "bind";
+    int strict = 1, move = 0, mode = -1, *nodes, err;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&O|spp:mbind", kwlist, conv_addr, &addr,
+                                     conv_size, &length, &nodes_obj, &mode_name, &strict, &move))
+        return NULL;
+    for (size_t i = 0; i < sizeof mpol_modes / sizeof mpol_modes[0]; i++)
+        if (strcmp(mode_name, mpol_modes[i].name) == 0)
+            mode = mpol_modes[i].mode;
+    if (mode < 0)
+        return PyErr_Format(PyExc_ValueError,
+                            "unknown memory policy mode '%s'; use bind, preferred, interleave, "
+                            "weighted_interleave, preferred_many, local or default", mode_name);
+    if (int_array(nodes_obj, "nodes must be a sequence of node numbers", &nodes, &nnodes) < 0)
+        return NULL;
+    if (nnodes == 0 && mode != CB_MPOL_DEFAULT && mode != CB_MPOL_LOCAL) {
+        PyMem_Free(nodes);
+        return PyErr_Format(PyExc_ValueError, "mbind mode %s needs at least one node", mode_name);
+    }
+    unsigned flags = (strict ? CB_MPOL_MF_STRICT : 0) | (move ? CB_MPOL_MF_MOVE : 0);
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_mbind(addr, length, mode, nodes, nnodes, flags);
+    Py_END_ALLOW_THREADS
+    int first = nnodes ? nodes[0] : -1;
+    PyMem_Free(nodes);
+    if (err == EINVAL && mode == CB_MPOL_WEIGHTED_INTERLEAVE)
+        return OS_FAIL(err, "mbind: this kernel refuses MPOL_WEIGHTED_INTERLEAVE (mode 6 needs "
+                            "Linux >= 6.9); use mode=\"interleave\"");
+    if (err == EIO)
+        return OS_FAIL(err, "mbind(%s, strict): pages already in the range are not on the "
+                            "requested nodes (pass move=True to migrate them)", mode_name);
+    if (err)
+        return OS_FAIL(err, "mbind(%s, nodes starting %d, %zu bytes): %s", mode_name, first,
+                       length, strerror(err));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_fault_in(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"addr", "length", "page_bytes", NULL};
+    uintptr_t addr;
+    size_t length, page = 4096;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&:fault_in", kwlist, conv_addr, &addr,
+                                     conv_size, &length, conv_size, &page))
+        return NULL;
+    if (page == 0)
+        return PyErr_Format(PyExc_ValueError, "page_bytes must be positive");
+    Py_BEGIN_ALLOW_THREADS
+    cb_fault_in(addr, length, page);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_page_nodes(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"addr", "length", "page_bytes", NULL};
+    uintptr_t addr;
+    size_t length, page = 4096;
+    int err;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&:page_nodes", kwlist, conv_addr, &addr,
+                                     conv_size, &length, conv_size, &page))
+        return NULL;
+    if (page == 0)
+        return PyErr_Format(PyExc_ValueError, "page_bytes must be positive");
+    size_t npages = (length + page - 1) / page;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(npages * sizeof(int32_t)));
+    if (!out)
+        return NULL;
+    int32_t *nodes = (int32_t *)PyBytes_AS_STRING(out);   /* ours alone until returned */
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_page_nodes(addr, length, page, nodes);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        Py_DECREF(out);
+        return OS_FAIL(err, "move_pages (querying the node of %zu pages): %s", npages,
+                       strerror(err));
+    }
+    return out;
+}
+
+static PyObject *py_pin_self(PyObject *self, PyObject *args)
+{
+    PyObject *cpus_obj;
+    int *cpus, err;
+    size_t n;
+    if (!PyArg_ParseTuple(args, "O:pin_self", &cpus_obj))
+        return NULL;
+    if (int_array(cpus_obj, "cpus must be a sequence of CPU numbers", &cpus, &n) < 0)
+        return NULL;
+    err = n ? cb_pin_self(cpus, n) : EINVAL;
+    PyMem_Free(cpus);
+    if (err)
+        return OS_FAIL(err, "sched_setaffinity: %s", strerror(err));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_now_ns(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromUnsignedLongLong(cb_now_ns());
+}
+
+/* ---- pointer chase ----------------------------------------------------------- */
+
+static PyObject *py_chase_init(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"addr", "length", "line_bytes", "window_bytes", "chains", "seed",
+                             NULL};
+    uintptr_t addr;
+    size_t length, line = 64, window = 0, chains = 1;
+    unsigned long long seed = 1;
+    int err;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&O&O&K:chase_init", kwlist, conv_addr,
+                                     &addr, conv_size, &length, conv_size, &line, conv_size,
+                                     &window, conv_size, &chains, &seed))
+        return NULL;
+    if (line < sizeof(uintptr_t) || line % sizeof(uintptr_t) || addr % sizeof(uintptr_t))
+        return PyErr_Format(PyExc_ValueError,
+                            "line_bytes must be a multiple of %zu and the buffer %zu-byte aligned",
+                            sizeof(uintptr_t), sizeof(uintptr_t));
+    if (window % line)
+        return PyErr_Format(PyExc_ValueError, "window_bytes (%zu) must be a multiple of "
+                            "line_bytes (%zu)", window, line);
+    if (chains == 0 || chains > MAX_CHAINS || chains > length / line)
+        return PyErr_Format(PyExc_ValueError, "chains must be 1..%d and at most the number of "
+                            "lines (%zu)", MAX_CHAINS, length / line);
+    uintptr_t heads[MAX_CHAINS];
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_chase_init(addr, length, line, window, chains, seed, heads);
+    Py_END_ALLOW_THREADS
+    if (err)
+        return OS_FAIL(err, "chase_init: %s", strerror(err));
+    PyObject *list = PyList_New((Py_ssize_t)chains);
+    for (size_t c = 0; list && c < chains; c++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(heads[c]);
+        if (!v) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)c, v);
+    }
+    return list;
+}
+
+static PyObject *py_chase_run(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"heads", "steps", NULL};
+    PyObject *heads_obj;
+    unsigned long long steps;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OK:chase_run", kwlist, &heads_obj, &steps))
+        return NULL;
+    PyObject *fast = PySequence_Fast(heads_obj, "heads must be the list chase_init returned");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n < 1 || n > MAX_CHAINS) {
+        Py_DECREF(fast);
+        return PyErr_Format(PyExc_ValueError, "heads: 1..%d chain heads, not %zd",
+                            MAX_CHAINS, n);
+    }
+    uintptr_t heads[MAX_CHAINS];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!conv_addr(PySequence_Fast_GET_ITEM(fast, i), &heads[i])) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    uint64_t ns;
+    Py_BEGIN_ALLOW_THREADS
+    ns = cb_chase_run(heads, (size_t)n, steps);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLongLong(ns);
+}
+
+static PyObject *py_chase_order(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"addr", "head", "max_steps", "length", NULL};
+    uintptr_t addr, head;
+    size_t max_steps, length = 0, count = 0;
+    int err;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&O&|O&:chase_order", kwlist, conv_addr,
+                                     &addr, conv_addr, &head, conv_size, &max_steps, conv_size,
+                                     &length))
+        return NULL;
+    size_t *offsets = PyMem_Malloc((max_steps ? max_steps : 1) * sizeof *offsets);
+    if (!offsets)
+        return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_chase_order(addr, length, head, max_steps, offsets, &count);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        PyMem_Free(offsets);
+        return PyErr_Format(PyExc_ValueError, "chase_order: step %zu leads outside the "
+                            "%zu-byte buffer", count, length);
+    }
+    PyObject *list = PyList_New((Py_ssize_t)count);
+    for (size_t i = 0; list && i < count; i++) {
+        PyObject *v = PyLong_FromSize_t(offsets[i]);
+        if (!v) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    PyMem_Free(offsets);
+    return list;
+}
+
+/* ---- streaming ----------------------------------------------------------------- */
+
+/* Shared by stream() and stream_check(): parse, run, return 0 or -1 with an exception. */
+static int run_stream(const char *kname, uintptr_t a, uintptr_t b, uintptr_t c,
+                      size_t array_bytes, PyObject *cpus_obj, int nt, int iterations,
+                      double scalar, double *seconds, double *sum)
+{
+    int k = -1;
+    for (int i = 0; i < CB_NKERNELS; i++)
+        if (strcmp(kname, cb_kernels[i].name) == 0)
+            k = i;
+    if (k < 0) {
+        PyErr_Format(PyExc_ValueError, "unknown stream kernel '%s'; use read, write, copy, "
+                     "scale, add or triad", kname);
+        return -1;
+    }
+    const struct cb_kernel_info *info = &cb_kernels[k];
+    if ((info->uses_a && !a) || (info->uses_b && !b) || (info->uses_c && !c)) {
+        PyErr_Format(PyExc_ValueError, "kernel %s needs arrays%s%s%s (a non-zero address each)",
+                     kname, info->uses_a ? " a" : "", info->uses_b ? " b" : "",
+                     info->uses_c ? " c" : "");
+        return -1;
+    }
+    if ((a | b | c) % sizeof(double)) {
+        PyErr_Format(PyExc_ValueError, "stream arrays must be 8-byte aligned");
+        return -1;
+    }
+    int *cpus;
+    size_t ncpus;
+    if (int_array(cpus_obj, "cpus must be a sequence of CPU numbers", &cpus, &ncpus) < 0)
+        return -1;
+    if (ncpus == 0) {
+        PyMem_Free(cpus);
+        PyErr_Format(PyExc_ValueError, "cpus: at least one CPU (one thread per CPU)");
+        return -1;
+    }
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_stream((enum cb_kernel)k, (double *)a, (double *)b, (double *)c,
+                    array_bytes / sizeof(double), cpus, ncpus, nt, iterations, scalar, seconds,
+                    sum);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(cpus);
+    if (err) {
+        raise_os(err, "stream %s on %zu thread(s): %s (a CPU not allowed to this process?)",
+                 kname, ncpus, strerror(err));
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_stream(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"kernel", "a", "b", "c", "array_bytes", "cpus", "nt",
+                             "iterations", "scalar", NULL};
+    const char *kname;
+    uintptr_t a, b, c;
+    size_t array_bytes;
+    PyObject *cpus;
+    int nt = 0, iterations = 10;
+    double scalar = 3.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO&O&O&O&O|pid:stream", kwlist, &kname,
+                                     conv_addr, &a, conv_addr, &b, conv_addr, &c, conv_size,
+                                     &array_bytes, &cpus, &nt, &iterations, &scalar))
+        return NULL;
+    if (iterations < 1)
+        return PyErr_Format(PyExc_ValueError, "iterations must be at least 1");
+    double *seconds = PyMem_Malloc((size_t)iterations * sizeof *seconds);
+    if (!seconds)
+        return PyErr_NoMemory();
+    if (run_stream(kname, a, b, c, array_bytes, cpus, nt, iterations, scalar, seconds,
+                   NULL) < 0) {
+        PyMem_Free(seconds);
+        return NULL;
+    }
+    PyObject *list = PyList_New(iterations);
+    for (int i = 0; list && i < iterations; i++) {
+        PyObject *v = PyFloat_FromDouble(seconds[i]);
+        if (!v) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, v);
+    }
+    PyMem_Free(seconds);
+    return list;
+}
+
+static PyObject *py_stream_check(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"kernel", "a", "b", "c", "array_bytes", "cpus", "nt", "scalar",
+                             NULL};
+    const char *kname;
+    uintptr_t a, b, c;
+    size_t array_bytes;
+    PyObject *cpus;
+    int nt = 0;
+    double scalar = 3.0, seconds, sum = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO&O&O&O&O|pd:stream_check", kwlist, &kname,
+                                     conv_addr, &a, conv_addr, &b, conv_addr, &c, conv_size,
+                                     &array_bytes, &cpus, &nt, &scalar))
+        return NULL;
+    if (run_stream(kname, a, b, c, array_bytes, cpus, nt, 1, scalar, &seconds, &sum) < 0)
+        return NULL;
+    return PyFloat_FromDouble(sum);
+}
+
+/* ---- module ---------------------------------------------------------------------- */
+
+#define KW (PyCFunction)(void (*)(void))
+
+static PyMethodDef methods[] = {
+    {"map_anonymous", KW py_map_anonymous, METH_VARARGS | METH_KEYWORDS,
+     "map_anonymous(length, hugetlb_page_bytes=0, fixed_addr=0) -> addr\n"
+     "Private anonymous read/write mapping; hugetlb_page_bytes 2 MiB or 1 GiB asks for\n"
+     "MAP_HUGETLB pages of that size; fixed_addr replaces a reservation (MAP_FIXED)."},
+    {"reserve", py_reserve, METH_VARARGS,
+     "reserve(length) -> addr\nPROT_NONE address space (no memory), for guard regions."},
+    {"unmap", py_unmap, METH_VARARGS, "unmap(addr, length)"},
+    {"madvise", py_madvise, METH_VARARGS, "madvise(addr, length, advice); see MADV_*"},
+    {"mlock", py_mlock, METH_VARARGS, "mlock(addr, length)"},
+    {"munlock", py_munlock, METH_VARARGS, "munlock(addr, length)"},
+    {"mbind", KW py_mbind, METH_VARARGS | METH_KEYWORDS,
+     "mbind(addr, length, nodes, mode='bind', strict=True, move=False)\n"
+     "Memory policy of a range via the mbind syscall. mode: bind, preferred, interleave,\n"
+     "weighted_interleave (Linux >= 6.9), preferred_many, local, default. strict sets\n"
+     "MPOL_MF_STRICT, move MPOL_MF_MOVE."},
+    {"fault_in", KW py_fault_in, METH_VARARGS | METH_KEYWORDS,
+     "fault_in(addr, length, page_bytes=4096)\n"
+     "Write every page (keeping its contents) so it is allocated before timing."},
+    {"page_nodes", KW py_page_nodes, METH_VARARGS | METH_KEYWORDS,
+     "page_nodes(addr, length, page_bytes=4096) -> bytes\n"
+     "Node of every page as native int32s (move_pages with nodes=NULL); a negative\n"
+     "value is -errno for that page (-ENOENT: not present)."},
+    {"pin_self", py_pin_self, METH_VARARGS,
+     "pin_self(cpus)\nRestrict the calling thread to these CPUs."},
+    {"now_ns", py_now_ns, METH_NOARGS, "now_ns() -> CLOCK_MONOTONIC in ns"},
+    {"chase_init", KW py_chase_init, METH_VARARGS | METH_KEYWORDS,
+     "chase_init(addr, length, line_bytes=64, window_bytes=0, chains=1, seed=1) -> heads\n"
+     "Link every line into `chains` random single cycles (each line holds the absolute\n"
+     "address of the next); window_bytes > 0 randomises within windows, visited in random\n"
+     "order. Returns each chain's head: the absolute address of its first line\n"
+     "(head - addr is its offset), ready for chase_run."},
+    {"chase_run", KW py_chase_run, METH_VARARGS | METH_KEYWORDS,
+     "chase_run(heads, steps) -> elapsed_ns\n"
+     "Follow every chain from its head (as chase_init returns them) `steps` dependent\n"
+     "loads each, in lockstep, GIL released. ns per dependent load = elapsed_ns / steps."},
+    {"chase_order", KW py_chase_order, METH_VARARGS | METH_KEYWORDS,
+     "chase_order(addr, head, max_steps, length=0) -> offsets\n"
+     "Offsets from addr of the lines visited from head (a chase_init head) until the\n"
+     "chain returns to it (or max_steps);\n"
+     "length != 0 checks every pointer stays inside the buffer (ValueError if not)."},
+    {"stream", KW py_stream, METH_VARARGS | METH_KEYWORDS,
+     "stream(kernel, a, b, c, array_bytes, cpus, nt=False, iterations=10, scalar=3.0)\n"
+     "    -> seconds per iteration\n"
+     "kernel: read (sum a), write (a=s), copy (c=a), scale (b=s*c), add (c=a+b),\n"
+     "triad (a=b+s*c) on arrays of array_bytes // 8 doubles (0 for an unused array).\n"
+     "One thread per entry of cpus, pinned, contiguous slices; nt: non-temporal stores."},
+    {"stream_check", KW py_stream_check, METH_VARARGS | METH_KEYWORDS,
+     "stream_check(kernel, a, b, c, array_bytes, cpus, nt=False, scalar=3.0) -> float\n"
+     "One iteration through the same threaded path; returns the read kernel's sum\n"
+     "(0.0 for the others), so tests can check what the kernels computed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "cxlbench._native",
+    "cxlbench's C core: pointer chase, streaming kernels, mappings, memory policy, page "
+    "placement.\nAddresses are ints; errors are OSError (with errno) or ValueError.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m)
+        return NULL;
+    PyModule_AddIntConstant(m, "MADV_NORMAL", MADV_NORMAL);
+    PyModule_AddIntConstant(m, "MADV_DONTNEED", MADV_DONTNEED);
+    PyModule_AddIntConstant(m, "MADV_HUGEPAGE", MADV_HUGEPAGE);
+    PyModule_AddIntConstant(m, "MADV_NOHUGEPAGE", MADV_NOHUGEPAGE);
+    PyModule_AddIntConstant(m, "MADV_POPULATE_WRITE", MADV_POPULATE_WRITE);
+    PyModule_AddIntConstant(m, "MADV_COLLAPSE", MADV_COLLAPSE);
+    PyModule_AddIntConstant(m, "PAGE_SIZE", sysconf(_SC_PAGESIZE));
+    PyModule_AddIntConstant(m, "MAX_CHAINS", MAX_CHAINS);
+    PyModule_AddStringConstant(m, "STREAM_ISA", cb_stream_isa());
+
+    /* kernel -> (arrays read, arrays written) per element: bytes moved per
+     * iteration = (reads + writes) * array_bytes, write-allocate not counted. */
+    PyObject *kernels = PyDict_New();
+    for (int i = 0; kernels && i < CB_NKERNELS; i++) {
+        PyObject *v = Py_BuildValue("(ii)", cb_kernels[i].reads, cb_kernels[i].writes);
+        if (!v || PyDict_SetItemString(kernels, cb_kernels[i].name, v) < 0) {
+            Py_XDECREF(v);
+            Py_CLEAR(kernels);
+            break;
+        }
+        Py_DECREF(v);
+    }
+    if (!kernels || PyModule_AddObject(m, "STREAM_KERNELS", kernels) < 0) {
+        Py_XDECREF(kernels);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
