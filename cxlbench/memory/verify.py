@@ -1,0 +1,119 @@
+"""Where a range's pages really are: the node of every page (move_pages) and
+the page sizes the kernel used for a mapping (/proc/self/smaps)."""
+from __future__ import annotations
+
+import array
+import errno
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .errors import PlacementError, fmt_bytes
+
+
+def page_nodes(addr: int, length: int, page_bytes: int = 4096) -> array.array:
+    """Node of every page of [addr, addr + length) as an array of int; a negative
+    entry is -errno for that page (-ENOENT: not faulted in, -EFAULT: not mapped)."""
+    from cxlbench import _native
+    start = addr - addr % page_bytes
+    nodes = array.array("i")
+    nodes.frombytes(_native.page_nodes(start, addr + length - start, page_bytes))
+    return nodes
+
+
+@dataclass
+class PagePlacement:
+    """Where the pages of a range are, counted."""
+    node: int                                  # the node they should be on
+    pages: int
+    page_bytes: int
+    by_node: dict[int, int] = field(default_factory=dict)     # node -> pages there
+    not_present: int = 0                       # pages not faulted in (-ENOENT)
+    errors: dict[int, int] = field(default_factory=dict)      # other -errno -> pages
+
+    @property
+    def on_node(self) -> int:
+        return self.by_node.get(self.node, 0)
+
+    @property
+    def fraction(self) -> float:
+        return self.on_node / self.pages if self.pages else 0.0
+
+    def describe(self) -> str:
+        parts = [f"{n} on node {node}" for node, n in sorted(self.by_node.items())
+                 if node != self.node]
+        if self.not_present:
+            parts.append(f"{self.not_present} not faulted in")
+        parts += [f"{n} unreadable ({errno.errorcode.get(e, e)})" for e, n in self.errors.items()]
+        return ", ".join(parts) or "none elsewhere"
+
+
+def placement(addr: int, length: int, node: int, page_bytes: int = 4096) -> PagePlacement:
+    """Count where the pages of a range are, without judging."""
+    counts = Counter(page_nodes(addr, length, page_bytes))
+    result = PagePlacement(node=node, pages=sum(counts.values()), page_bytes=page_bytes)
+    for value, n in counts.items():
+        if value >= 0:
+            result.by_node[value] = n
+        elif -value == errno.ENOENT:
+            result.not_present += n
+        else:
+            result.errors[-value] = n
+    return result
+
+
+def verify_on_node(addr: int, length: int, node: int, page_bytes: int = 4096) -> PagePlacement:
+    """Check that every page of [addr, addr + length) is present on `node`.
+
+    Works on any mapping of this process (a HostBuffer, a torch tensor's
+    storage: pass tensor.data_ptr() and its size in bytes; fault it in first).
+    Returns the counts; raises PlacementError if a single page is elsewhere or
+    not present, since a figure measured there would belong to another tier.
+    """
+    found = placement(addr, length, node, page_bytes)
+    if found.pages and found.on_node == found.pages:
+        return found
+    raise PlacementError(
+        f"only {found.on_node} of the {found.pages} pages of the {fmt_bytes(length)} range at "
+        f"{addr:#x} are on node {node} ({found.describe()}); the node may be short of free "
+        f"memory or the range was not bound to it, so it is not measured as node {node}.")
+
+
+def smaps_vma(addr: int, smaps_path: str = "/proc/self/smaps") -> dict[str, int] | None:
+    """The /proc/self/smaps record of the mapping containing addr: 'start', 'end'
+    and every 'Key: N kB' field in bytes (Rss, AnonHugePages, KernelPageSize,
+    Private_Hugetlb, ...). None if no mapping contains addr."""
+    record: dict[str, int] | None = None
+    with open(smaps_path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            head = line.split(None, 1)[0]
+            if "-" in head and not head.endswith(":"):      # a mapping's header line
+                if record is not None:
+                    return record
+                start, end = (int(x, 16) for x in head.split("-"))
+                if start <= addr < end:
+                    record = {"start": start, "end": end}
+            elif record is not None and head.endswith(":"):
+                parts = line.split()
+                if len(parts) >= 2 and parts[1].isdigit():
+                    scale = 1024 if len(parts) >= 3 and parts[2] == "kB" else 1
+                    record[head[:-1]] = int(parts[1]) * scale
+    return record
+
+
+def huge_coverage(addr: int, hugetlb: bool = False) -> tuple[float, int]:
+    """(fraction of the mapping backed by huge pages, the kernel page size of the
+    mapping) for the mapping containing addr. THP: AnonHugePages / Rss;
+    hugetlb: Private_Hugetlb / mapping size."""
+    vma = smaps_vma(addr)
+    if vma is None:
+        raise PlacementError(f"no mapping contains {addr:#x} in /proc/self/smaps; "
+                             f"the buffer was unmapped while being verified.")
+    kernel_page = vma.get("KernelPageSize", 4096)
+    if hugetlb:
+        size = vma["end"] - vma["start"]
+        held = vma.get("Private_Hugetlb", 0) + vma.get("Shared_Hugetlb", 0)
+        return (held / size if size else 0.0), kernel_page
+    rss = vma.get("Rss", 0)
+    return (vma.get("AnonHugePages", 0) / rss if rss else 0.0), kernel_page
