@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -442,26 +442,30 @@ class Fsdp2Engine(_EngineBase):
     kind = "fsdp2_cpu_offload"
 
     def __init__(self, cfg: ModelConfig, train: TrainConfig, device: str = "cuda:0"):
+        """On a CPU device (gloo, a CPU mesh, fp32, nothing pinned) the same code runs
+        with nothing to offload to: only the tests use that, to exercise this path."""
         super().__init__(cfg, train, device)
-        if not self.cuda:
-            raise ValueError("FSDP2 CPUOffloadPolicy needs a GPU (CPU offload from a CPU is no offload)")
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-        torch.cuda.set_device(self.device)
+        backend = "nccl" if self.cuda else "gloo"
+        if self.cuda:
+            torch.cuda.set_device(self.device)
         self._owns_pg = False
         if not dist.is_initialized():
+            device_id = {"device_id": self.device} if self.cuda else {}
             if "RANK" in os.environ and "WORLD_SIZE" in os.environ:      # torchrun
-                dist.init_process_group("nccl", device_id=self.device)
+                dist.init_process_group(backend, **device_id)
             else:
-                dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
-                                        device_id=self.device)
+                dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+                                        **device_id)
             self._owns_pg = True
-        mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+        mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
         model = build_model(cfg, train)
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        offload = CPUOffloadPolicy(pin_memory=True)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if self.cuda else None,
+                                  reduce_dtype=torch.float32)
+        offload = CPUOffloadPolicy(pin_memory=self.cuda)
         for layer in model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=mp, offload_policy=offload)
         fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=offload)
@@ -479,7 +483,8 @@ class Fsdp2Engine(_EngineBase):
     def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> StepTimes:
         t0 = time.perf_counter()
         loss, (m0, m1, m2) = self._forward_backward(self.model, inputs, labels)
-        torch.cuda.current_stream(self.device).synchronize()
+        if self.cuda:
+            torch.cuda.current_stream(self.device).synchronize()
         t_opt = time.perf_counter()
         try:
             self.opt.step()
@@ -493,12 +498,29 @@ class Fsdp2Engine(_EngineBase):
         self.opt.zero_grad(set_to_none=True)
         t_opt_end = time.perf_counter()
         loss_value = float(loss.detach())
-        torch.cuda.synchronize(self.device)
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
         t_end = time.perf_counter()
         self.steps_done += 1
         return StepTimes(step_s=t_end - t0, forward_s=self.timer.seconds(m0, m1),
                          backward_s=self.timer.seconds(m1, m2),
                          optimizer_s=t_opt_end - t_opt, loss=loss_value)
+
+    def master_params(self) -> torch.Tensor:
+        return torch.cat([p.full_tensor().detach().reshape(-1).float().cpu()
+                          for p in self.model.parameters()])
+
+    def host_state_tensors(self) -> list[torch.Tensor]:
+        """The local shards FSDP2 keeps on the host: params, grads, Adam moments."""
+        out = []
+        for p in self.model.parameters():
+            out.append(p.to_local())
+            if p.grad is not None:
+                out.append(p.grad.to_local())
+        for state in self.opt.state.values():
+            out += [v.to_local() if hasattr(v, "to_local") else v for v in state.values()
+                    if isinstance(v, torch.Tensor) and v.dim() > 0]
+        return [t for t in out if t.device.type == "cpu"]
 
     def memory(self) -> dict[str, int]:
         out = super().memory()
