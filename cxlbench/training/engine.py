@@ -247,10 +247,10 @@ class OffloadEngine(_EngineBase):
 
         # -- host state on its tiers
         hyper = hyper_of(train)
-        self.grads = self._arena("grads", HostArena.bytes_for(self.numel, self.compute_dtype), placement.grads).take(self.numel, self.compute_dtype)
+        self.grads = self._take("grads", placement.grads, self.compute_dtype)
         self.master = None
         if isinstance(placement.params, int):
-            self.master = self._arena("params", HostArena.bytes_for(self.numel, torch.float32), placement.params).take(self.numel, torch.float32)
+            self.master = self._take("params", placement.params, torch.float32)
             self.master.copy_(initial)
         scratch = None
         if self.compute_dtype != torch.float32:    # bf16 grads are widened chunk by chunk
@@ -271,7 +271,7 @@ class OffloadEngine(_EngineBase):
         self.staging = None
         if self.cuda:                              # bf16 copy of updated params, pinned
             node = placement.params if isinstance(placement.params, int) else buffer_node
-            self.staging = self._arena("staging", HostArena.bytes_for(self.numel, self.compute_dtype), node).take(self.numel, self.compute_dtype)
+            self.staging = self._take("staging", node, self.compute_dtype)
             for name in ("grads", "staging"):
                 self.arenas[name].pin()
 
@@ -304,6 +304,10 @@ class OffloadEngine(_EngineBase):
             resident |= {b.untyped_storage().data_ptr() for b in self.model.buffers()}
             self.stash = ActivationStash(placement.activations, self.device, resident)
             self.model.reentrant_checkpoint = True   # checkpoint inputs pass through the hooks
+
+    def _take(self, name: str, node: int, dtype: torch.dtype) -> torch.Tensor:
+        """A flat tensor of every parameter, in its own arena on `node`."""
+        return self._arena(name, HostArena.bytes_for(self.numel, dtype), node).take(self.numel, dtype)
 
     def _grad_hook(self, offset: int, n: int):
         dst = self.grads[offset:offset + n]
@@ -346,7 +350,10 @@ class OffloadEngine(_EngineBase):
             self.h2d_stream.wait_stream(torch.cuda.current_stream(self.device))
         backward_copy_s = self._copy_s
         t_opt = time.perf_counter()
-        io = self.nvme.step(self.grads, self._ship) if self.nvme else self.host_opt.step(self.grads, self._ship)
+        if self.nvme is not None:
+            io = self.nvme.step(self.grads, self._ship)
+        else:
+            io = self.host_opt.step(self.grads, self._ship)
         t_opt_end = time.perf_counter()
         if self.cuda:
             self.h2d_stream.synchronize()

@@ -88,6 +88,8 @@ def build_engine(spec: RunSpec):
 
 def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     cfg, train = model_config(spec.config), spec.train
+    if spec.placement.activations != "device" and train.warmup_steps < 1:
+        raise ValueError("offloaded activations need a warm-up step (it sizes their arena)")
     data = MarkovTokens(cfg.vocab_size, seed=train.seed)
     engine = build_engine(spec)
     try:
