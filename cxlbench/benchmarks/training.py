@@ -26,7 +26,7 @@ import os
 import shutil
 import statistics
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list
+from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, sweep
 from cxlbench.results.schema import Case, Sample
 from cxlbench.topology.model import Initiator, Tier
 from cxlbench.units import parse_size
@@ -100,33 +100,33 @@ def _plan_train(spec: dict, env: Env, find_max: bool = False) -> list[Planned]:
     steps, warmup = int(spec.get("steps", 20)), int(spec.get("warmup_steps", 3))
     configs = as_list(spec.get("config", ["tiny"]))
     if find_max:
-        configs = sorted(as_list(spec.get("config", list(MODELS))), key=lambda c: model_config(c).num_params())
+        configs = sorted(as_list(spec.get("config", list(MODELS))),
+                         key=lambda c: model_config(c).num_params())
         steps, warmup = int(spec.get("steps", 2)), int(spec.get("warmup_steps", 1))
     planned: list[Planned] = []
-    for device in devices:
-        for config in ([",".join(configs)] if find_max else configs):
-            smallest = config.split(",")[0]
-            base = train_config(smallest, batch=spec.get("batch"), seq_len=spec.get("seq"))
-            for ac in as_list(spec.get("activation_checkpointing", [False])):
-                for act in as_list(spec.get("activations_on", ["device"])):
-                    for engine in as_list(spec.get("engine", list(ENGINES))):
-                        common = {"mode": "find_max" if find_max else "train", "config": config,
-                                  "engine": engine, "activation_checkpointing": bool(ac),
-                                  "batch": spec.get("batch") if find_max else base.batch,
-                                  "seq": spec.get("seq") if find_max else base.seq_len,
-                                  "impl": spec.get("impl", "fused"), "compute": device}
-                        for case, skip in _placements(spec, env, device, gpu, engine, act, common,
-                                                      steps, warmup):
-                            if find_max:        # the configs that look as if they fit
-                                estimate = 1.0
-                                for c in configs:
-                                    if _fits(case, env, model_config(c)):
-                                        break
-                                    estimate += _estimate(case, model_config(c), c)
-                            else:
-                                skip = skip or _fits(case, env, model_config(config))
-                                estimate = _estimate(case, model_config(config))
-                            planned.append(Planned(case, skip, estimate))
+    for point in sweep(spec, device=devices, config=[",".join(configs)] if find_max else configs,
+                       ac=spec.get("activation_checkpointing", [False]),
+                       act=spec.get("activations_on", ["device"]),
+                       engine=spec.get("engine", list(ENGINES))):
+        config, device = point["config"], point["device"]
+        base = train_config(config.split(",")[0], batch=spec.get("batch"), seq_len=spec.get("seq"))
+        common = {"mode": "find_max" if find_max else "train", "config": config,
+                  "engine": point["engine"], "activation_checkpointing": bool(point["ac"]),
+                  "batch": spec.get("batch") if find_max else base.batch,
+                  "seq": spec.get("seq") if find_max else base.seq_len,
+                  "impl": spec.get("impl", "fused"), "compute": device}
+        for case, skip in _placements(spec, env, device, gpu, point["engine"], point["act"],
+                                      common, steps, warmup):
+            if find_max:                      # time for the configs that look as if they fit
+                estimate = 1.0
+                for c in configs:
+                    if _fits(case, env, model_config(c)):
+                        break
+                    estimate += _estimate(case, model_config(c), c)
+            else:
+                skip = skip or _fits(case, env, model_config(config))
+                estimate = _estimate(case, model_config(config))
+            planned.append(Planned(case, skip, estimate))
     return planned
 
 
@@ -345,9 +345,13 @@ def _pin_to(initiator: Initiator | None, env: Env, info: dict) -> None:
         torch.set_num_threads(len(cpus))
     info["threads"] = torch.get_num_threads()
     try:
-        info["load_average"] = os.getloadavg()[0]
+        load = info["load_average"] = os.getloadavg()[0]
     except OSError:
-        pass
+        return
+    if load > 1.5 * os.cpu_count():
+        info.setdefault("warnings", []).append(
+            f"the machine was busy (load average {load:.1f} on {os.cpu_count()} CPUs): other "
+            f"processes share the cores, so steps are slow and noisy (OpenMP threads wait on each other)")
 
 
 def _placement_of(case: Case, env: Env):
