@@ -12,7 +12,7 @@ from cxlbench.analysis import synthetic as syn
 from cxlbench.export import export_pytest_benchmark, stats
 
 SMALL = dict(tiers=("ddr0",), working_sets=[2**14, 2**24, 2**30], threads=(1, 2), kernels=("read",),
-             pages=(4096,))
+             pages=("4k",))
 
 
 @pytest.fixture(scope="module")

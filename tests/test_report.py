@@ -28,7 +28,7 @@ SMALL = dict(working_sets=[2**k for k in range(13, 31, 2)], threads=(1, 2, 4))
 
 def evil_results(rng, **kw):
     res = syn.suite_results(rng, **SMALL, **kw)
-    res.append(syn.case_result("latency", "ddr0", {"working_set_bytes": 2**33, "page_bytes": 2**30,
+    res.append(syn.case_result("latency", "ddr0", {"working_set_bytes": 2**33, "page": "1g",
                                                    "pattern": "random"}, {}, status="skipped",
                                reason=EVIL_REASON))
     return res

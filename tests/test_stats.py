@@ -137,7 +137,7 @@ def test_sample_level_axes_make_separate_points():
     """Loaded latency stores one sample per delay in each repetition: delay is an axis."""
     rng = np.random.default_rng(0)
     res = syn.suite_results(rng, tiers=("ddr0",), working_sets=[2**20], threads=(1,), kernels=("read",),
-                            pages=(4096,), extras=False, loaded=False)
+                            pages=("4k",), extras=False, loaded=False)
     from cxlbench.results.schema import Sample
     r = syn.case_result("loaded_latency", "ddr0", {"mix": "read"}, {})
     r.samples = [Sample(m, v * (1 + d / 100), rep, {"delay_cycles": d}) for rep in range(5)

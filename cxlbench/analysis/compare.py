@@ -24,8 +24,10 @@ from cxlbench.analysis.thresholds import Thresholds, load_thresholds
 from cxlbench.results.store import Run, load_run
 from cxlbench.units import format_size
 
-#: Parameters that name places on one machine (a scratch directory), not what was measured.
-UNMATCHED_PARAMS = frozenset({"path", "dir", "directory", "file", "filename", "device"})
+#: Parameters left out of matching: places on one machine (a scratch directory) and
+#: how much work a case did (sized from each machine's caches), not what was measured.
+UNMATCHED_PARAMS = frozenset({"path", "dir", "directory", "file", "filename", "device",
+                              "array_bytes", "iterations", "min_sample_s"})
 
 RunLike = Run | str | Path
 
@@ -268,6 +270,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
                if axes else list(reps["case_id"]))
         values.update(_split_values(i, ids, reps["metric"].to_numpy(), reps["value"].to_numpy(float)))
     pts = pd.concat(all_pts, ignore_index=True) if all_pts else pd.DataFrame()
+    pts.attrs["axes"] = sorted({a for p in all_pts for a in p.attrs.get("axes", [])})
 
     rows, unmatched = [], []
     by_run = {i: p.drop_duplicates("key") for i, p in enumerate(all_pts)}

@@ -18,6 +18,10 @@ from cxlbench.results.schema import CORE_COLUMNS
 
 BASE_KEY = ["run_id", "case_id", "metric"]
 DESCRIPTIVE = ["benchmark", "initiator", "target", "tier_kind", "unit", "better"]
+#: Sample parameters that number inner iterations of one process: never an axis.
+INNER_INDEX = frozenset({"iteration", "iter", "inner", "sample_index", "step_index"})
+#: What a benchmark found while measuring (page size obtained, steps timed): never an axis.
+FOUND = frozenset({"page_bytes", "huge_coverage", "steps", "elapsed_ns", "clock_mhz"})
 
 
 def param_columns(frame: pd.DataFrame) -> list[str]:
@@ -27,10 +31,11 @@ def param_columns(frame: pd.DataFrame) -> list[str]:
 
 def axis_columns(frame: pd.DataFrame) -> list[str]:
     """Parameters that take several values within one repetition of one metric of
-    one case: they tell points apart (loaded latency's delay, say)."""
+    one case: they tell points apart (loaded latency's delay, say). Inner-iteration
+    numbers (`iteration`) and values found while measuring are not axes."""
     if "axes" in frame.attrs:
         return list(frame.attrs["axes"])
-    params = param_columns(frame)
+    params = [c for c in param_columns(frame) if c not in INNER_INDEX and c not in FOUND]
     keys = BASE_KEY + ["repetition"]
     if not params or frame.empty:
         return []
@@ -49,16 +54,16 @@ def repetitions(samples: pd.DataFrame) -> pd.DataFrame:
     axes = axis_columns(frame)
     keys = BASE_KEY + axes + ["repetition"]
     if frame.empty or not frame.duplicated(keys).any():
-        reps = frame.copy()
+        reps = frame.drop(columns=[c for c in frame.columns if c in INNER_INDEX])
         reps["n_inner"] = 1
     else:
         g = frame.groupby(keys, sort=False, dropna=False, observed=True)
-        others = [c for c in frame.columns if c not in keys and c != "value"]
+        others = [c for c in frame.columns if c not in keys and c != "value" and c not in INNER_INDEX]
         reps = g[others].first()
         reps["value"] = g["value"].median()
         reps["n_inner"] = g.size()
         reps = reps.reset_index()
-        reps = reps[[c for c in samples.columns if c in reps.columns] + ["n_inner"]]
+        reps = reps[[c for c in samples.columns if c in reps.columns and c not in INNER_INDEX] + ["n_inner"]]
     reps.attrs["axes"] = axes
     return reps
 

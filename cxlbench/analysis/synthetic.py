@@ -104,17 +104,18 @@ def noisy(rng: np.random.Generator, center: float, noise: float, repetitions: in
 
 def case_result(benchmark: str, target: str, params: dict, values: dict[str, np.ndarray],
                 tier_kind: str | None = None, initiator: str = "cpu:node0",
-                sample_params: Callable[[int], dict] | None = None, seconds: float = 1.0,
+                sample_params: Callable[[int, int], dict] | None = None, seconds: float = 1.0,
                 status: str = OK, reason: str = "") -> CaseResult:
-    """A CaseResult from arrays of shape (repetitions,) or (repetitions, inner) per metric."""
+    """A CaseResult from arrays of shape (repetitions,) or (repetitions, inner) per metric;
+    `sample_params(rep, i)` gives what a sample found (page size obtained, its iteration)."""
     kind = tier_kind or "".join(ch for ch in target if ch.isalpha())
     case = Case(benchmark, initiator, target, kind, dict(params))
     samples = []
     for metric, arr in values.items():
         arr = np.atleast_2d(np.asarray(arr, dtype=float).T).T if np.ndim(arr) == 1 else np.asarray(arr)
         for rep in range(arr.shape[0]):
-            extra = sample_params(rep) if sample_params else {}
-            samples.extend(Sample(metric, float(v), rep, dict(extra)) for v in arr[rep])
+            samples.extend(Sample(metric, float(v), rep, sample_params(rep, i) if sample_params else {})
+                           for i, v in enumerate(arr[rep]))
     return CaseResult(case, status, reason, samples, seconds)
 
 
@@ -123,10 +124,12 @@ def suite_results(rng: np.random.Generator, *, noise: float = 0.02, repetitions:
                   factor: Callable[[Case, str], float] | None = None,
                   working_sets: Iterable[int] | None = None, threads: Iterable[int] = (1, 2, 4, 8),
                   kernels: Iterable[str] = ("read", "write", "copy", "triad"),
-                  pages: Iterable[int] = (4096, 2 * MiB), loaded: bool = True,
+                  pages: Iterable[str] = ("4k", "thp"), loaded: bool = True,
                   extras: bool = True) -> list[CaseResult]:
-    """A `quick`-shaped suite. `factor(case, metric)` multiplies the model value
-    (inject a regression with it)."""
+    """A `quick`-shaped suite, with the parameters the real benchmarks record:
+    latency asks for a page policy (4k/thp) and each sample records the page size
+    found; bandwidth keeps every timed iteration of a repetition (`iteration`).
+    `factor(case, metric)` multiplies the model value (inject a regression with it)."""
     ws_list = list(working_sets or [2**k for k in range(13, 31, 1)])
     out: list[CaseResult] = []
 
@@ -137,17 +140,25 @@ def suite_results(rng: np.random.Generator, *, noise: float = 0.02, repetitions:
     for t in tiers:
         kind = "".join(ch for ch in t if ch.isalpha())
         for page in pages:
+            found = 4096 if page == "4k" else 2 * MiB
             for ws in ws_list:
-                p = {"working_set_bytes": ws, "page_bytes": page, "pattern": "random"}
+                p = {"working_set_bytes": ws, "page": page, "pattern": "random", "chains": 1,
+                     "line_bytes": 64}
                 c = Case("latency", "cpu:node0", t, kind, p)
-                out.append(case_result("latency", t, p, {"latency_ns": vals(c, "latency_ns",
-                                       latency_model(ws, kind, page))}, kind))
+                out.append(case_result(
+                    "latency", t, p, {"latency_ns": vals(c, "latency_ns", latency_model(ws, kind, found))},
+                    kind, sample_params=lambda rep, i, f=found: {
+                        "page_bytes": f, "huge_coverage": 0.0 if f == 4096 else 0.98, "steps": 1 << 20}))
         for kernel in kernels:
             for th in threads:
-                p = {"kernel": kernel, "threads": th, "working_set_bytes": 1 * GiB}
+                p = {"page": "4k", "kernel": kernel, "nt": False, "threads": th, "array_bytes": 1 * GiB,
+                     "iterations": inner}
                 c = Case("bandwidth", "cpu:node0", t, kind, p)
-                out.append(case_result("bandwidth", t, p, {"bandwidth_GBps": vals(
-                    c, "bandwidth_GBps", bandwidth_model(th, kernel, kind))}, kind))
+                out.append(case_result(
+                    "bandwidth", t, p, {"bandwidth_GBps": vals(c, "bandwidth_GBps",
+                                                               bandwidth_model(th, kernel, kind))},
+                    kind, sample_params=lambda rep, i: {"page_bytes": 4096, "huge_coverage": 0.0,
+                                                        "iteration": i}))
         if loaded:
             for delay in (0, 50, 200, 1000, 5000, 20000):
                 p = {"delay_cycles": delay, "mix": "read"}
@@ -159,12 +170,12 @@ def suite_results(rng: np.random.Generator, *, noise: float = 0.02, repetitions:
                     "latency_ns": vals(c, "latency_ns", lat),
                     "bandwidth_GBps": vals(c, "bandwidth_GBps", bw)}, kind))
     if extras:
-        out.append(case_result("latency", "ddr0", {"working_set_bytes": 4 * GiB, "page_bytes": GiB,
+        out.append(case_result("latency", "ddr0", {"working_set_bytes": 4 * GiB, "page": "1g",
                                                    "pattern": "random"}, {}, status=SKIPPED,
                                reason="no 1 GiB hugetlb pages reserved on node 0"))
         out.append(case_result("bandwidth", "hbm0", {"kernel": "read", "threads": 1}, {},
                                status=SKIPPED, reason="no GPU"))
-        out.append(case_result("page_size", "ddr0", {"page_bytes": 2 * MiB}, {}, status=FAILED,
+        out.append(case_result("page_size", "ddr0", {"page": "2m"}, {}, status=FAILED,
                                reason="worker died: signal 9 (out of memory?)"))
     return out
 

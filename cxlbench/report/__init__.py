@@ -60,10 +60,11 @@ def run_context(run: Run) -> dict[str, Any]:
         for bench in build.family_order(pts["benchmark"]):
             fam = pts[pts["benchmark"] == bench]
             name, desc = build.FAMILIES.get(bench, (bench, "Every point of this benchmark, by metric."))
+            allowed = build.requested_params([meta], bench, pts.attrs.get("axes", []))
             families.append({"id": "family-" + build.slug(bench), "name": name, "benchmark": bench,
                              "description": desc,
-                             "charts": build.family_charts(fam, bench, marks, maker),
-                             "tables": build.points_tables(fam)})
+                             "charts": build.family_charts(fam, bench, marks, maker, allowed=allowed),
+                             "tables": build.points_tables(fam, allowed)})
     status = str(meta.get("status", "unknown"))
     label = meta.get("label")
     host = meta.get("hostname") or meta.get("machine_name") or "unknown host"
@@ -103,8 +104,10 @@ def comparison_context(cmp: Comparison, runs: Sequence[Run]) -> dict[str, Any]:
             families.append({"id": "family-" + build.slug(bench), "name": name, "benchmark": bench,
                              "description": "One line per run; one chart per tier (matched by kind and "
                                             "ordinal). " + desc,
-                             "charts": build.family_charts(fam, bench, marks, maker, color_by="run",
-                                                           facet_by=["target_slot"], names=names),
+                             "charts": build.family_charts(
+                                 fam, bench, marks, maker, color_by="run", facet_by=["target_slot"],
+                                 names=names, allowed=build.requested_params(
+                                     [r.meta for r in runs], bench, pts.attrs.get("axes", []))),
                              "tables": _comparison_tables(rows, cmp)})
     counts = [{"name": i.name, **cmp.counts(i.index)} for i in cmp.runs[1:]]
     runs_info = []

@@ -81,7 +81,7 @@ def cpulist(cpus: Iterable[int]) -> str:
 
 
 def param_header(name: str) -> str:
-    return {"working_set_bytes": "working set", "page_bytes": "page", "block_bytes": "block",
+    return {"working_set_bytes": "working set", "page_bytes": "page found", "block_bytes": "block",
             "delay_cycles": "delay (cycles)", "threads": "threads", "queue_depth": "queue depth"}.get(
         name, name[:-6].replace("_", " ") if name.endswith("_bytes") else name.replace("_", " "))
 
@@ -262,6 +262,8 @@ def _idle_latency(tp: pd.DataFrame) -> dict | None:
     best = None
     for _, grp in lat.groupby("initiator"):
         g = grp[grp["working_set_bytes"] == grp["working_set_bytes"].max()]
+        if "page" in g.columns and (g["page"].astype(str).str.lower() == "4k").any():
+            g = g[g["page"].astype(str).str.lower() == "4k"]
         pages = _col(g, "page_bytes")
         if pages.notna().any():
             g = g[pages == pages.min()]
@@ -330,11 +332,32 @@ def _is_numeric(s: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(s) and s.dropna().size > 0
 
 
-def _params(frame: pd.DataFrame) -> list[str]:
+def requested_params(metas: Iterable[dict], benchmark: str, axes: Iterable[str] = ()) -> list[str] | None:
+    """The parameters a benchmark's cases asked for (from run.json), plus the axes;
+    None when the runs don't record them. Values found while measuring (the page
+    size obtained, steps) are shown but never plotted as if they had been asked for."""
+    names: dict[str, None] = {}
+    seen = False
+    for meta in metas:
+        for c in meta.get("cases", []) or []:
+            if c.get("benchmark") == benchmark and isinstance(c.get("params"), dict):
+                seen = True
+                names.update(dict.fromkeys(c["params"]))
+    if not seen:
+        return None
+    names.update(dict.fromkeys(axes))
+    return list(names)
+
+
+def _params(frame: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[str]:
     skip = set(NO_PARAM) | {"point", "n", "median", "lo", "hi", "coverage", "min", "max", "rcv",
                             "n_inner", "run_id", "case_id", "metric", "benchmark", "initiator",
-                            "target", "tier_kind", "unit", "better"}
-    return [c for c in frame.columns if c not in skip]
+                            "target", "tier_kind", "unit", "better", "huge_coverage", "steps"}
+    cols = [c for c in frame.columns if c not in skip]
+    if allowed is not None:
+        allowed = set(allowed)
+        cols = [c for c in cols if c in allowed]
+    return cols
 
 
 def _varying(frame: pd.DataFrame, cols: Iterable[str]) -> list[str]:
@@ -369,20 +392,23 @@ class ChartMaker:
 
 def family_charts(fam: pd.DataFrame, benchmark: str, meta_caches: list[tuple[float, str]],
                   maker: ChartMaker, color_by: str = "target", facet_by: Iterable[str] = (),
-                  names: dict | None = None) -> list[dict[str, str]]:
-    """Charts for one benchmark family's points (several runs when color_by='run')."""
+                  names: dict | None = None, allowed: Iterable[str] | None = None) -> list[dict[str, str]]:
+    """Charts for one benchmark family's points (several runs when color_by='run');
+    `allowed`: the parameters the cases asked for (see requested_params)."""
     names = names or {}
+    allowed = list(allowed) if allowed is not None else None
     out: list[dict[str, str]] = []
     metrics = list(dict.fromkeys(fam["metric"]))
     if "latency_ns" in metrics and "bandwidth_GBps" in metrics and "loaded" in benchmark:
-        out += _paired_charts(fam, maker, color_by, facet_by, names)
+        out += _paired_charts(fam, maker, color_by, facet_by, names, allowed)
         metrics = []
     for metric in metrics:
         mp = fam[fam["metric"] == metric]
         unit = str(mp["unit"].iloc[0])
-        params = _varying(mp, _params(mp))
+        params = _varying(mp, _params(mp, allowed))
         numeric = [c for c in params if _is_numeric(mp[c])]
         x = next((c for c in X_PREFERENCE if c in numeric), numeric[0] if numeric else None)
+        page = "page" if "page" in params else ("page_bytes" if "page_bytes" in params else None)
         if x is None:
             if 0 < len(mp) <= 40:
                 out.append(_bar_chart(mp, benchmark, metric, unit, params, maker, color_by, names))
@@ -397,12 +423,13 @@ def family_charts(fam: pd.DataFrame, benchmark: str, meta_caches: list[tuple[flo
             n_series = mp.groupby([color_by] + series_params, dropna=False).ngroups
             if n_series <= 8:
                 break
-            movable = [c for c in series_params if c not in ("initiator", "page_bytes")] or series_params
+            movable = [c for c in series_params if c not in ("initiator", page)] or series_params
             worst = max(movable, key=lambda c: mp[c].astype(str).nunique())
             series_params.remove(worst)
             facets.append(worst)
         facets = [f for f in facets if f in mp.columns]
-        groups = mp.groupby(facets, dropna=False, sort=True) if facets else [((), mp)]
+        groups = sorted(mp.groupby(facets, dropna=False, sort=True), key=lambda g: _facet_rank(g[0])) \
+            if facets else [((), mp)]
         n = 0
         for fkey, fp in groups:
             if n >= MAX_CHARTS:
@@ -411,7 +438,8 @@ def family_charts(fam: pd.DataFrame, benchmark: str, meta_caches: list[tuple[flo
             facet_text = " · ".join(f"{param_header(f)}: {param_value(f, v)}" if f not in ("target_slot",)
                                     else str(v) for f, v in zip(facets, fkey))
             series = []
-            pages = sorted(fp["page_bytes"].dropna().unique()) if "page_bytes" in series_params else []
+            pages = sorted(fp[page].dropna().astype(str).unique(), key=_page_order) \
+                if page in series_params else []
             groups_s = list(fp.groupby([color_by] + series_params, dropna=False, sort=True))
             rank = {k.split("|")[0]: i for i, k in enumerate(maker.colors)}
             groups_s.sort(key=lambda g: rank.get(str(g[0][0] if isinstance(g[0], tuple) else g[0]), 1 << 20))
@@ -425,9 +453,9 @@ def family_charts(fam: pd.DataFrame, benchmark: str, meta_caches: list[tuple[flo
                 label = " · ".join([who] + [f"{param_header(p)} {param_value(p, v)}" if p != "initiator"
                                             else str(v) for p, v in extra
                                             if not (isinstance(v, float) and math.isnan(v))])
-                ckey = str(skey[0]) + "|" + "|".join(str(v) for p, v in extra if p != "page_bytes")
-                style = STYLES[pages.index(dict(extra)["page_bytes"]) % len(STYLES)] \
-                    if pages and dict(extra).get("page_bytes") in pages else "-"
+                ckey = str(skey[0]) + "|" + "|".join(str(v) for p, v in extra if p != page)
+                pv = str(dict(extra).get(page)) if page else None
+                style = STYLES[pages.index(pv) % len(STYLES)] if pages and pv in pages else "-"
                 series.append(Series(label, sp[x].astype(float).tolist(), sp["median"].tolist(),
                                      sp["lo"].tolist(), sp["hi"].tolist(), maker.color(ckey), style,
                                      MARKERS[len(series) % len(MARKERS)]))
@@ -452,6 +480,29 @@ def family_charts(fam: pd.DataFrame, benchmark: str, meta_caches: list[tuple[flo
     return out
 
 
+_KIND_RANK = {"hbm": 0, "ddr": 1, "cxl": 2, "nvme": 3}
+
+
+def _facet_rank(key) -> tuple:
+    """Facets in a reader's order: tiers by kind (hbm, ddr, cxl, nvme), then by value."""
+    key = key if isinstance(key, tuple) else (key,)
+    out = []
+    for v in key:
+        text = str(v)
+        kind = re.match(r"[a-z]+", text)
+        out.append((_KIND_RANK.get(kind.group(0), 9) if kind else 9, text))
+    return tuple(out)
+
+
+def _page_order(v: str) -> tuple:
+    """4k before thp before 2m before 1g; numbers by size."""
+    order = {"4k": 0, "thp": 1, "2m": 2, "1g": 3}
+    try:
+        return (0, float(v))
+    except ValueError:
+        return (1, order.get(v.lower(), 9), v)
+
+
 def _wide(xs: list[float]) -> bool:
     xs = [v for v in xs if v and v > 0]
     return bool(xs) and max(xs) / min(xs) >= 16
@@ -463,17 +514,18 @@ def metric_title(metric: str) -> str:
             "tflops": "TFLOP/s", "mfu": "MFU"}.get(metric, metric.replace("_", " "))
 
 
-def _paired_charts(fam, maker, color_by, facet_by, names) -> list[dict[str, str]]:
+def _paired_charts(fam, maker, color_by, facet_by, names, allowed=None) -> list[dict[str, str]]:
     lat = fam[fam["metric"] == "latency_ns"]
     bw = fam[fam["metric"] == "bandwidth_GBps"]
     keys = ["point"] + (["run"] if "run" in fam.columns else [])
     pair = lat.merge(bw[keys + ["median"]], on=keys, suffixes=("", "_bw"))
     if pair.empty:
         return []
-    params = [c for c in _varying(pair, _params(pair)) if not _is_numeric(pair[c])]
+    params = [c for c in _varying(pair, _params(pair, allowed)) if not _is_numeric(pair[c])]
     facets = [f for f in facet_by if f in pair.columns]
     out = []
-    groups = pair.groupby(facets, dropna=False, sort=True) if facets else [((), pair)]
+    groups = sorted(pair.groupby(facets, dropna=False, sort=True), key=lambda g: _facet_rank(g[0])) \
+        if facets else [((), pair)]
     for fkey, fp in list(groups)[:MAX_CHARTS]:
         fkey = fkey if isinstance(fkey, tuple) else (fkey,)
         series = []
@@ -506,13 +558,16 @@ def _bar_chart(mp, benchmark, metric, unit, params, maker, color_by, names) -> d
             "title": title}
 
 
-def points_tables(fam: pd.DataFrame) -> list[dict[str, Any]]:
-    """One table per metric: tier, the parameters that vary, n, median with its
-    interval, spread."""
+def points_tables(fam: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """One table per metric: tier, the parameters that vary (and the page size
+    found, when it was not asked for), n, median with its interval, spread."""
     tables = []
     for metric, mp in fam.groupby("metric", sort=False):
         unit = str(mp["unit"].iloc[0])
-        params = _varying(mp, _params(mp))
+        params = _varying(mp, _params(mp, allowed))
+        if allowed is not None and "page_bytes" in mp.columns and "page_bytes" not in params \
+                and mp["page_bytes"].notna().any():
+            params.append("page_bytes")
         sort_cols = ["target"] + params
         mp = mp.sort_values(sort_cols, kind="stable")
         show_init = mp["initiator"].nunique() > 1
