@@ -314,7 +314,7 @@ def test_planning_without_a_gpu_skips_gpu_cases_and_runs_cpu_ones(tmp_path):
     assert {(t, e) for _, t, e in gpu_cases} == {("ddr0", "offload"), ("cxl1", "offload"),
                                                   ("nvme0", "offload"), ("hbm0", "none"),
                                                   ("ddr0", "fsdp2_cpu_offload")}
-    assert all(p.skip == "no GPU" for p in gpu_cases.values())
+    assert all(p.skip == "no GPU" for p in gpu_cases.values())      # even where a tier is missing too
     cpu_cases = {k: p for k, p in planned.items() if k[0] == "cpu:node0"}
     assert {(t, e) for _, t, e in cpu_cases} == {("ddr0", "offload"), ("cxl1", "offload"),
                                                   ("nvme0", "offload"), ("ddr0", "none")}

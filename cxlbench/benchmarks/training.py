@@ -115,6 +115,8 @@ def _plan_train(spec: dict, env: Env, find_max: bool = False) -> list[Planned]:
                   "batch": spec.get("batch") if find_max else base.batch,
                   "seq": spec.get("seq") if find_max else base.seq_len,
                   "impl": spec.get("impl", "fused"), "compute": device}
+        if "threads" in spec:                 # default: every CPU of the initiator
+            common["threads"] = int(spec["threads"])
         for case, skip in _placements(spec, env, device, gpu, point["engine"], point["act"],
                                       common, steps, warmup):
             if find_max:                      # time for the configs that look as if they fit
@@ -175,7 +177,7 @@ def _placements(spec, env, device, gpu, engine, act, common, steps, warmup):
             ini = gpu_name if device == "gpu" else "cpu:node0"
             yield (_case(ini, selector, selector, {**common, "params_on": selector, "grads_on": "local",
                                                    "activations_on": act_name}, steps, warmup),
-                   tiers)
+                   no_gpu or tiers)
             continue
         for tier in tiers:
             cpu_ini = _cpu_initiator_for(tier if tier.kind != "nvme" else None, env)
@@ -312,10 +314,13 @@ def _plan_optimizer(spec: dict, env: Env) -> list[Planned]:
                 continue
             ini = _cpu_initiator_for(tier if tier.kind != "nvme" else None, env)
             count = n_nvme if tier.kind == "nvme" else n
-            case = Case(NAME, ini.name if ini else "cpu:node0", tier.name, tier.kind,
-                        {"mode": "optimizer", "n_params": count, "impls": impls}, reps, 1)
-            per_step = count * (12 * 2 / 2e8 if tier.kind == "nvme" else 1 / 4e7)
-            planned.append(Planned(case, None, 3.0 + (reps + 1) * per_step * 3))
+            for threads in as_list(spec.get("threads", ["all"])):   # all: the initiator's CPUs
+                params = {"mode": "optimizer", "n_params": count, "impls": impls}
+                if threads != "all":
+                    params["threads"] = int(threads)
+                case = Case(NAME, ini.name if ini else "cpu:node0", tier.name, tier.kind, params, reps, 1)
+                per_step = count * (12 * 2 / 2e8 if tier.kind == "nvme" else 1 / 4e7)
+                planned.append(Planned(case, None, 3.0 + (reps + 1) * per_step * 3))
     return planned
 
 
@@ -330,13 +335,19 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     return _measure_train(case, env, info)
 
 
-def _pin_to(initiator: Initiator | None, env: Env, info: dict) -> None:
-    """Run on the initiator's CPUs (a GPU's: its NUMA node's), with as many torch threads."""
+def _pin_to(initiator: Initiator | None, env: Env, info: dict, threads: int | None = None) -> None:
+    """Run on the initiator's CPUs (a GPU's: its NUMA node's), with as many torch threads,
+    or on its first `threads` CPUs."""
     import torch
     cpus = list(initiator.cpus) if initiator and initiator.cpus else []
     if not cpus and initiator is not None and initiator.node is not None:
         node = env.machine.nodes.get(initiator.node)
         cpus = list(node.cpus) if node else []
+    if threads:
+        if cpus and threads > len(cpus):
+            raise Skip(f"{threads} threads asked, the initiator has {len(cpus)} CPUs")
+        cpus = cpus[:threads] if cpus else []
+        torch.set_num_threads(threads)
     if cpus:
         try:
             os.sched_setaffinity(0, cpus)
@@ -406,7 +417,7 @@ def _run(case: Case, env: Env, info: dict, config: str):
         if not torch.cuda.is_available():
             raise Skip(NO_GPU)
         device = f"cuda:{initiator.gpu if initiator and initiator.gpu is not None else 0}"
-    _pin_to(initiator, env, info)
+    _pin_to(initiator, env, info, p.get("threads"))
     placement, nvme_dir = _placement_of(case, env)
     local = initiator.node if initiator is not None else None
     buffer_node = placement.grads if isinstance(placement.grads, int) else local
@@ -518,7 +529,7 @@ def _measure_optimizer(case: Case, env: Env, info: dict) -> list[Sample]:
 
     tier = env.tier(case.target)
     initiator = env.initiators.get(case.initiator)
-    _pin_to(initiator, env, info)
+    _pin_to(initiator, env, info, case.params.get("threads"))
     n = int(case.params["n_params"])
     impls = case.params["impls"].split(",")
     samples: list[Sample] = []
@@ -543,7 +554,7 @@ def _measure_optimizer(case: Case, env: Env, info: dict) -> list[Sample]:
     if medians:
         best = max(medians, key=medians.get)
         info["best_impl"] = best
-        info["per_core_params_per_s"] = {k: v / max(1, info.get("threads", 1)) for k, v in medians.items()}
+        info["per_thread_params_per_s"] = {k: v / max(1, info.get("threads", 1)) for k, v in medians.items()}
     return samples
 
 
