@@ -293,9 +293,12 @@ build_overlay() {
         > "$site/cxlbench-$version.dist-info/entry_points.txt"
     cat > "$dir/usr/local/bin/cxlbench" <<'EOF'
 #!/usr/bin/python3
+# what pip writes for the console script (the guard matters: the runner's worker
+# processes are spawned, and spawn re-imports the main script)
 import sys
 from cxlbench.cli.main import main
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())
 EOF
     chmod +x "$dir/usr/local/bin/cxlbench"
 

@@ -7,8 +7,9 @@ each, bring the results back, and exit non-zero if any configuration fails.
 
 Configurations (the topology below is the single source of truth: the QEMU command
 line and the guest tests' expectations, written to expect.json, both come from it):
-  numa  2 nodes with one CPU each + 1 CPU-less DRAM node, a SLIT distance table and
-        HMAT latency/bandwidth for every initiator x target pair
+  numa  2 nodes with one CPU and DRAM each + 1 CPU-less DRAM node + 1 node with a CPU
+        and no memory, a SLIT distance table, and HMAT latency/bandwidth for every
+        initiator x target pair
   cxl   the same plus a CXL type 3 volatile memory device behind a CXL host bridge
         and root port, with a fixed memory window; the guest's init creates a RAM
         region on it and onlines it as a CPU-less node (testbed/guest/setup.sh)
@@ -33,23 +34,37 @@ HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("TESTBED_CACHE", "/var/cache/cxlbench-testbed"))
 
 # ---------------------------------------------------------------- the topology
+# Node ids are the ACPI proximity domains; Linux numbers nodes in the order SRAT lists
+# them (CPU entries first, then memory), so the CPU-less node comes last to keep the
+# two numberings the same.
 NODES = [  # id, CPUs, MiB of RAM
-    {"id": 0, "cpus": [0], "mem_mib": 1280},
-    {"id": 1, "cpus": [1], "mem_mib": 512},
-    {"id": 2, "cpus": [], "mem_mib": 256, "initiator": 0},   # CPU-less DRAM, near node 0
+    {"id": 0, "cpus": [0], "mem_mib": 1024},
+    {"id": 1, "cpus": [1], "mem_mib": 1024},
+    {"id": 2, "cpus": [2], "mem_mib": 0},      # CPUs, no memory (a socket without DIMMs)
+    {"id": 3, "cpus": [], "mem_mib": 640, "initiator": 0},   # CPU-less DRAM, near node 0
 ]
+# The memory-less node is close to node 0 (distance 12): Linux gives the CXL
+# region's node distance 20 to every node, and a memory-less node whose nearest
+# memory were the CXL node would take all its processes' memory from it (slow
+# under TCG, and QEMU 10.0 then crashes).
 DISTANCES = [  # SLIT
-    [10, 21, 17],
-    [21, 10, 28],
-    [17, 28, 10],
+    [10, 21, 12, 17],
+    [21, 10, 16, 28],
+    [12, 16, 10, 28],
+    [17, 28, 28, 10],
 ]
 # HMAT: (initiator, target) -> (latency ns, bandwidth MiB/s). Figures of a made-up
 # machine, chosen so that every pair differs and the CPU-less node is the slowest.
 HMAT = {
-    (0, 0): (90, 20480), (0, 1): (140, 10240), (0, 2): (240, 8192),
-    (1, 0): (140, 10240), (1, 1): (90, 20480), (1, 2): (300, 4096),
+    (0, 0): (90, 20480), (0, 1): (140, 10240), (0, 3): (240, 8192),
+    (1, 0): (140, 10240), (1, 1): (90, 20480), (1, 3): (300, 4096),
+    (2, 0): (110, 16384), (2, 1): (130, 12288), (2, 3): (310, 4096),
 }
-CXL_MIB = 256            # the type 3 device's volatile capacity
+# Every memory node is big enough for cxlbench's placement margin (it keeps at
+# least 512 MiB free on a node) plus a few MiB of test buffers (the root image,
+# ~300 MiB of tmpfs, lands on node 0 or 1); memory the guest never touches costs
+# the host nothing. RAM stays under 2.75 GiB, so all of it is below 4 GiB on q35.
+CXL_MIB = 1024          # the type 3 device's volatile capacity
 CXL_WINDOW_GIB = 4       # the fixed memory window (CFMWS) it is decoded through
 
 CONFIGS = ("numa", "cxl")
@@ -73,7 +88,7 @@ def qemu_args(config: str, out: Path, initrd: Path, kernel: Path, extra_cmdline:
     total = sum(n["mem_mib"] for n in NODES)
     cpus = sum(len(n["cpus"]) for n in NODES)
     args = [
-        "-machine", machine, "-accel", "tcg,thread=multi",
+        "-machine", machine, "-accel", os.environ.get("TESTBED_ACCEL", "tcg,thread=multi"),
         # hypervisor=off: with the hypervisor bit the CXL region commit fails in the guest
         "-cpu", "max,hypervisor=off",
         "-smp", f"{cpus},sockets={cpus},cores=1,threads=1",
@@ -85,8 +100,10 @@ def qemu_args(config: str, out: Path, initrd: Path, kernel: Path, extra_cmdline:
         "-virtfs", f"local,path={out},mount_tag=results,security_model=none,id=results",
     ]
     for n in NODES:
-        args += ["-object", f"memory-backend-ram,id=mem{n['id']},size={n['mem_mib']}M"]
-        spec = f"node,nodeid={n['id']},memdev=mem{n['id']}"
+        spec = f"node,nodeid={n['id']}"
+        if n["mem_mib"]:
+            args += ["-object", f"memory-backend-ram,id=mem{n['id']},size={n['mem_mib']}M"]
+            spec += f",memdev=mem{n['id']}"
         spec += "".join(f",cpus={c}" for c in n["cpus"])
         if not n["cpus"]:
             spec += f",initiator={n['initiator']}"

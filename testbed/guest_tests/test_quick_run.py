@@ -1,0 +1,58 @@
+"""A tiny `quick` run (testbed/guest/testbed-suite.toml): every CPU initiator x every
+host tier gives latency and bandwidth samples, stored, and loadable with cxlbench.load."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import RESULTS, run_cli
+
+SUITE = Path(__file__).resolve().parents[1] / "guest" / "testbed-suite.toml"
+METRICS = {"latency": "latency_ns", "bandwidth": "bandwidth_GBps"}
+
+
+@pytest.fixture(scope="module")
+def quick_run(config):
+    out = RESULTS / "runs"
+    done = run_cli("run", "--suite", str(SUITE), "--out", str(out), "--label", f"testbed-{config}",
+                   timeout=900)
+    (RESULTS / "quick-run.log").write_text(done.stdout + done.stderr)
+    from cxlbench.results.store import ResultsError, find_runs
+    try:
+        runs = find_runs(out)
+    except ResultsError:
+        runs = []
+    return done, runs
+
+
+def test_quick_run_completes(quick_run):
+    done, runs = quick_run
+    assert done.returncode == 0, f"cxlbench run exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    assert len(runs) == 1
+
+
+def test_every_initiator_target_pair_has_latency_and_bandwidth(quick_run, machine, tiers):
+    import cxlbench
+    from cxlbench.results.store import load_run
+    from cxlbench.topology import initiators
+    _, runs = quick_run
+    assert runs, "no run stored"
+    run = load_run(runs[0])
+    assert run.status == "complete"
+    cases = run.cases()
+    assert not (cases.status != "ok").any(), cases[cases.status != "ok"][["case_id", "status", "reason"]]
+    df = cxlbench.load(runs[0])
+    cpus = [i.name for i in initiators(machine) if i.kind == "cpu"]
+    host = [t for t in tiers if t.startswith(("ddr", "cxl"))]
+    missing = []
+    for benchmark, metric in METRICS.items():
+        for initiator in cpus:
+            for target in host:
+                rows = df[(df.benchmark == benchmark) & (df.metric == metric)
+                          & (df.initiator == initiator) & (df.target == target)]
+                if len(rows) < 2 or not all(math.isfinite(v) and v > 0 for v in rows.value):
+                    missing.append(f"{benchmark} {initiator} -> {target}: {list(rows.value)}")
+    assert not missing, "\n".join(missing)
+    assert set(df[df.target.str.startswith("cxl")].tier_kind) <= {"cxl"}
