@@ -149,13 +149,13 @@ def junit_summary(path: Path) -> tuple[dict, list[str]]:
     return counts, failed
 
 
-def run_config(config: str, args) -> bool:
+def run_config(config: str, args) -> tuple[bool, dict]:
     qemu = CACHE / "qemu" / "qemu-system-x86_64"
     kernel, initrd = CACHE / "guest" / "vmlinuz", CACHE / "initrd.cpio"
     for p in (qemu, kernel, initrd):
         if not p.exists():
             print(f"testbed: {p} is missing: run `make testbed` first", file=sys.stderr)
-            return False
+            return False, {}
     out = (Path(args.out) / config).resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -167,13 +167,13 @@ def run_config(config: str, args) -> bool:
     (out / "qemu-cmdline.sh").write_text(shlex.join(cmd) + "\n")
     if args.print_cmdline:
         print(shlex.join(cmd))
-        return True
+        return True, {}
 
     print(f"testbed: [{config}] booting (timeout {args.timeout} s, results in {out})", flush=True)
     start = time.monotonic()
     if args.shell:  # interactive: the console is this terminal
-        subprocess.run(cmd + [], check=False)
-        return True
+        subprocess.run(cmd, check=False)
+        return True, {}
     console = open(out / "console.log", "wb")
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -225,7 +225,7 @@ def run_config(config: str, args) -> bool:
         print(f"testbed: [{config}] last console lines ({out / 'console.log'}):")
         for line in tail:
             print(f"  | {line}")
-    return ok
+    return ok, counts
 
 
 def main(argv=None) -> int:
@@ -245,11 +245,19 @@ def main(argv=None) -> int:
     results = {c: run_config(c, args) for c in configs}   # one guest at a time: 2 cores
     if args.print_cmdline or args.shell:
         return 0
-    failed = [c for c, ok in results.items() if not ok]
-    print(f"testbed: {len(results) - len(failed)} passed, {len(failed)} failed"
-          + (f" ({', '.join(failed)})" if failed else ""))
+    failed = [c for c, (ok, _) in results.items() if not ok]
+    # the closing line counts guest tests over all configurations; a configuration
+    # that failed without a failing test (no boot, hang, setup) counts as one failure
+    passed = fails = skipped = 0
+    for ok, counts in results.values():
+        bad = counts.get("failures", 0) + counts.get("errors", 0)
+        passed += counts.get("tests", 0) - bad - counts.get("skipped", 0)
+        skipped += counts.get("skipped", 0)
+        fails += bad or (0 if ok else 1)
+    if failed:
+        print(f"testbed: configurations failed: {', '.join(failed)}")
+    print(f"testbed: {passed} passed, {fails} failed, {skipped} skipped")
     return 1 if failed else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
