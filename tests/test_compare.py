@@ -51,6 +51,7 @@ def test_cases_match_across_machines_by_tier_kind():
     assert "bandwidth · bandwidth_GBps (GB/s, higher is better)" in text
     assert "✗ slower" in text and "✓ faster" in text and "90% CI" in text
     assert "hostname" not in text            # info differences are not shown as machine differences
+    assert "cxl2 ws=16KiB page=4k (cxl3)" in text
 
 
 def test_unmatched_cases_are_listed():

@@ -408,7 +408,11 @@ def format_comparison(cmp: Comparison, *, verdicts: Iterable[str] | None = None,
             headers += [cmp.runs[i].name, "change", f"{cmp.confidence:.0%} CI", "verdict", "MDE"]
         for key, kg in grp.groupby("key", sort=False):
             first = kg.iloc[0]
-            cells = [first["label"], fmt_num(first["base_median"])]
+            label = first["label"]
+            others = sorted(set(kg["target"]) - {first["target_base"]})
+            if others:                                 # cxl2 here is cxl3 there
+                label += " (" + ", ".join(others) + ")"
+            cells = [label, fmt_num(first["base_median"])]
             for _, r in kg.iterrows():
                 cells += [fmt_num(r["median"]), fmt_change(r["ratio"]), fmt_ci_change(r["lo"], r["hi"]),
                           SYMBOL.get(r["verdict"], r["verdict"]),

@@ -385,8 +385,10 @@ class ChartMaker:
             self.colors[key] = PALETTE[len(self.colors) % len(PALETTE)]
         return self.colors[key]
 
-    def svg(self, chart: Chart) -> str:
+    def svg(self, chart: Chart, wide: bool = False) -> str:
         self.count += 1
+        if wide:
+            return render(chart, f"{self.prefix}{self.count}", width=11.0, height=4.2)
         return render(chart, f"{self.prefix}{self.count}")
 
 
@@ -475,9 +477,10 @@ def family_charts(fam: pd.DataFrame, benchmark: str, meta_caches: list[tuple[flo
                           and max(ys) / min(ys) > 30,
                           y_from_zero=unit in ("GB/s", "IO/s", "tokens/s", "params/s"),
                           marks=meta_caches if x == "working_set_bytes" else [])
-            out.append({"svg": maker.svg(chart), "title": chart.title})
+            out.append({"chart": chart, "title": chart.title})
             n += 1
-    return out
+    wide = len(out) == 1          # a family's only chart gets the page's full width
+    return [{"svg": maker.svg(c["chart"], wide), "title": c["title"], "wide": wide} for c in out]
 
 
 _KIND_RANK = {"hbm": 0, "ddr": 1, "cxl": 2, "nvme": 3}
@@ -539,8 +542,8 @@ def _paired_charts(fam, maker, color_by, facet_by, names, allowed=None) -> list[
                                  maker.color(str(skey[0]) + "|" + "|".join(map(str, skey[1:]))),
                                  "-", MARKERS[len(series) % len(MARKERS)]))
         title = "Loaded latency · latency vs bandwidth" + (" · " + " · ".join(map(str, fkey)) if fkey else "")
-        out.append({"svg": maker.svg(Chart(title, "bandwidth achieved (GB/s)", "latency (ns)", series,
-                                           y_from_zero=True)), "title": title})
+        out.append({"chart": Chart(title, "bandwidth achieved (GB/s)", "latency (ns)", series,
+                                   y_from_zero=True), "title": title})
     return out
 
 
@@ -554,8 +557,7 @@ def _bar_chart(mp, benchmark, metric, unit, params, maker, color_by, names) -> d
         colors.append(maker.color(str(r[color_by]) + "|"))
     s = Series("", labels, mp["median"].tolist(), mp["lo"].tolist(), mp["hi"].tolist(), "|".join(colors))
     title = f"{FAMILIES.get(benchmark, (benchmark,))[0]} · {metric_title(metric)}"
-    return {"svg": maker.svg(Chart(title, f"{metric_title(metric)} ({unit})", "", [s], bars=True)),
-            "title": title}
+    return {"chart": Chart(title, f"{metric_title(metric)} ({unit})", "", [s], bars=True), "title": title}
 
 
 def points_tables(fam: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[dict[str, Any]]:

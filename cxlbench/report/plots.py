@@ -133,6 +133,10 @@ def _draw_lines(ax, chart: Chart) -> None:
     elif chart.logx and xs_all and min(xs_all) > 0:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(_fmt_tick))
+    elif xs_all and all(float(x).is_integer() for x in xs_all) and len(set(xs_all)) <= 16:
+        ax.xaxis.set_major_locator(FixedLocator(sorted(set(xs_all))))     # threads: 1, 2, 4, ...
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
     if chart.logy and ys_all and min(ys_all) > 0:
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(_fmt_tick))
