@@ -12,12 +12,13 @@ import torch
 
 
 def _median_seconds(fn, device: torch.device, reps: int = 5, min_s: float = 0.02) -> float:
-    """Median seconds per call of fn, each timed repetition running fn enough times
-    to last min_s (calibrated on the first call, which also warms up)."""
-    cuda = device.type == "cuda"
+    """Median seconds per call of fn over `reps` repetitions, each lasting about min_s.
 
-    def timed(n: int) -> float:
-        if cuda:
+    On a GPU each repetition is n calls between two CUDA events, n calibrated on the
+    warm-up calls. On a CPU each repetition calls fn until min_s has passed, so a
+    stall (another process on the cores) lengthens one repetition, not the probe."""
+    if device.type == "cuda":
+        def timed(n: int) -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(n):
@@ -25,14 +26,23 @@ def _median_seconds(fn, device: torch.device, reps: int = 5, min_s: float = 0.02
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 1e3
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        return time.perf_counter() - t0
 
-    first = min(timed(1) for _ in range(3))      # warm-up; min: a stall is not the cost
-    n = max(1, int(min_s / max(first, 1e-9)))
-    return statistics.median(timed(n) / n for _ in range(reps))
+        first = min(timed(1) for _ in range(3))      # warm-up; min: a stall is not the cost
+        n = max(1, int(min_s / max(first, 1e-9)))
+        return statistics.median(timed(n) / n for _ in range(reps))
+
+    fn()                                             # warm-up
+    per_call = []
+    for _ in range(reps):
+        count, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            count += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_s:
+                break
+        per_call.append(elapsed / count)
+    return statistics.median(per_call)
 
 
 def matmul_flops(device: torch.device, dtype: torch.dtype, m: int, k: int, n: int,
