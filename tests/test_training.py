@@ -397,3 +397,37 @@ def test_fsdp2_reference_code_path_runs_on_a_cpu_mesh():
         engine.close()
     assert losses == pytest.approx(ref_losses, rel=1e-4)
     torch.testing.assert_close(got, ref.master_params(), rtol=1e-4, atol=1e-6)
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+@pytest.mark.skipif(not os.path.isdir(os.path.join(FIXTURES, "gpu_node")), reason="no fixture trees")
+def test_planning_the_suite_on_the_fixture_machines():
+    from cxlbench.benchmarks import training
+    from cxlbench.runner.run import build_env
+    from cxlbench.runner.suite import benchmark_specs, load_suite
+    specs = benchmark_specs(load_suite("training"))
+
+    def plan(root):
+        env = build_env(os.path.join(FIXTURES, root), [], {})
+        return env, [p for spec in specs for p in training.plan(spec, env)]
+
+    env, gpu_plan = plan("gpu_node")            # one GPU, one DDR node, no CXL, no NVMe
+    run = {(p.case.target, p.case.params.get("engine")) for p in gpu_plan
+           if p.skip is None and p.case.initiator == "gpu:0"}
+    assert run == {("ddr0", "offload"), ("hbm0", "none"), ("ddr0", "fsdp2_cpu_offload")}
+    reasons = {p.case.target: p.skip for p in gpu_plan if p.skip}
+    assert "no CXL tier" in reasons["cxl"] and "no NVMe tier" in reasons["nvme"]
+    assert not any(p.case.params["mode"] == "train" and p.case.initiator.startswith("cpu")
+                   for p in gpu_plan)           # a GPU machine trains on its GPU
+
+    env, cxl_plan = plan("two_socket_cxl")      # two sockets and a CXL node, no GPU
+    assert all(p.skip == "no GPU" for p in cxl_plan if p.case.initiator.startswith("gpu"))
+    cpu_train = {p.case.target: p for p in cxl_plan if p.case.params["mode"] == "train"
+                 and p.case.initiator.startswith("cpu") and p.case.params["engine"] == "offload"}
+    assert {"ddr0", "ddr1", "cxl2"} <= set(cpu_train)
+    node2 = env.machine.nodes[2]
+    nearest = min((n for n in env.machine.nodes.values() if n.cpus), key=lambda n: node2.distances[n.id])
+    assert cpu_train["cxl2"].case.initiator == f"cpu:node{nearest.id}"
+    assert cpu_train["cxl2"].case.params["grads_on"] == f"ddr{nearest.id}"   # local DDR
