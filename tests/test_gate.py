@@ -231,6 +231,20 @@ def test_example_thresholds_file_loads():
     from cxlbench.analysis.thresholds import EXAMPLE_FILE, load_thresholds
     t = load_thresholds(EXAMPLE_FILE)
     assert t.for_case("latency", "latency_ns") > t.default
+    assert t.noise_for("latency") > 0 and t.noise_for("storage") == 0
+
+
+def test_run_noise_widens_intervals_into_inconclusive(tmp_path):
+    """A known run-to-run noise turns would-be false verdicts into inconclusive ones."""
+    rng = np.random.default_rng(13)
+    base = syn.make_run(sim_results(rng, 50), label="a")
+    cur = syn.make_run(sim_results(rng, 50, worse=0.10), label="b")
+    f = tmp_path / "noise.toml"
+    f.write_text("[noise]\nlatency = 0.10\n")
+    rows = gate(base, cur, thresholds_file=f).comparison.rows
+    lat, bw = rows[rows["benchmark"] == "latency"], rows[rows["benchmark"] == "bandwidth"]
+    assert (lat["verdict"] == "inconclusive").all() and (lat["mde"] > 0.25).all()
+    assert (bw["verdict"] == SLOWER).mean() > 0.9             # no noise declared for bandwidth
 
 
 def test_confirm_reruns_only_flagged_cases_and_fails_only_if_they_regress_again():

@@ -157,3 +157,16 @@ def test_points_of_an_empty_run():
     run = syn.make_run([])
     pts = summary.points(summary.repetitions(run.samples))
     assert pts.empty and isinstance(pts, pd.DataFrame)
+
+
+def test_run_noise_estimate():
+    rng = np.random.default_rng(3)
+    se = np.full(2000, 0.02)
+    d = rng.normal(0, np.sqrt(2 * 0.10**2 + 0.02**2), 2000)        # run σ 10%, repetitions' se 2%
+    assert stats.run_noise_estimate(d, se) == pytest.approx(0.10, rel=0.1)
+    assert stats.run_noise_estimate(rng.normal(0, 0.02, 500), np.full(500, 0.02)) < 0.01
+    assert math.isnan(stats.run_noise_estimate([0.1, 0.2], [0.01, 0.01]))
+    r0 = stats.ratio_ci([100, 101, 99, 100, 100], [110, 111, 109, 110, 110])
+    r1 = stats.ratio_ci([100, 101, 99, 100, 100], [110, 111, 109, 110, 110], run_noise=0.05)
+    assert r1.ratio == r0.ratio and r1.lo < r0.lo and r1.hi > r0.hi
+    assert r1.se_log == pytest.approx(math.sqrt(r0.se_log**2 + 2 * 0.05**2))

@@ -6,8 +6,9 @@ the gate could catch (MDE) — the apparent A/A change with its interval, and th
 gate's false-positive rate: observed (the share of cases the gate would call
 slower, or faster) and expected from the repetitions' noise alone. When the
 observed rate exceeds the expected one, the runs differ by more than their
-repetitions show (page placement, clocks, neighbours): raise that benchmark's
-threshold. It suggests per-benchmark thresholds as a TOML file for the gate.
+repetitions show (page placement, clocks, neighbours): calibrate estimates that
+run-to-run noise per benchmark and writes it, with the thresholds, as a TOML
+file the gate reads ([noise]); the gate then widens its intervals by it.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import pandas as pd
 
 from cxlbench.analysis.compare import (Comparison, RunLike, _table, compare, fmt_change, fmt_ci_change,
                                        fmt_num, fmt_pct)
-from cxlbench.analysis.stats import CONFIDENCE, FASTER, SAME, SLOWER, false_alarm_probability
+from cxlbench.analysis.stats import (CONFIDENCE, FASTER, SAME, SLOWER, false_alarm_probability,
+                                     minimum_detectable_effect, run_noise_estimate)
 from cxlbench.analysis.thresholds import Thresholds, to_toml
 
 #: Thresholds a suggestion rounds up to.
@@ -59,11 +61,14 @@ class Calibration:
         return float(1 - np.prod(1 - p)) if len(p) else math.nan
 
     def suggested_thresholds(self) -> Thresholds:
+        """The thresholds in force, with each benchmark's measured run-to-run noise."""
         th = self.comparison.thresholds
-        return Thresholds(default=th.default,
-                          benchmarks={r["benchmark"]: r["suggested_threshold"]
-                                      for r in self.benchmarks.to_dict("records")},
-                          source="cxlbench calibrate")
+        noise = dict(th.noise)
+        for r in self.benchmarks.to_dict("records"):
+            if np.isfinite(r["suggested_noise"]):
+                noise[r["benchmark"]] = _round_up(r["suggested_noise"])
+        return Thresholds(default=th.default, benchmarks=dict(th.benchmarks), metrics=dict(th.metrics),
+                          noise=noise, source="cxlbench calibrate")
 
     def thresholds_toml(self) -> str:
         runs = self.comparison.runs
@@ -101,12 +106,16 @@ class Calibration:
         out.append(f"Chance that an A/A gate fails from repetition noise alone: "
                    f"{fmt_pct(self.gate_false_failure_probability)}.")
         out.append("")
-        rows = [[b["benchmark"], str(b["cases"]), fmt_pct(b["median_rcv"]), fmt_pct(b["median_mde"]),
-                 fmt_pct(b["max_abs_change"]), fmt_pct(b["false_positive_rate"]),
-                 fmt_pct(b["threshold"]), fmt_pct(b["suggested_threshold"])]
+        rows = [[b["benchmark"], str(b["cases"]), fmt_pct(b["median_rcv"]), fmt_pct(b["max_abs_change"]),
+                 fmt_pct(b["false_positive_rate"]), fmt_pct(b["threshold"]), fmt_pct(b["median_mde"]),
+                 fmt_pct(b["run_noise"]), fmt_pct(b["suggested_noise"]), fmt_pct(b["mde_with_noise"])]
                 for b in self.benchmarks.to_dict("records")]
-        out += _table(["benchmark", "cases", "noise (rCV)", "median MDE", "max |A/A change|",
-                       "false +", "threshold", "suggested"], rows, {1, 2, 3, 4, 5, 6, 7})
+        out += _table(["benchmark", "cases", "repetition noise (rCV)", "max |A/A change|", "false +",
+                       "threshold", "MDE", "run-to-run noise", "suggested", "MDE with it"], rows,
+                      set(range(1, 10)))
+        out.append("")
+        out.append("Run-to-run noise: what the runs differ by beyond their repetitions' spread; "
+                   "suggested: its 90% upper bound, which thresholds_toml() writes as [noise] for the gate.")
         noisy = self.cases.sort_values("mde", ascending=False).head(limit)
         out.append("")
         out.append(f"Noisiest cases (noise floor = MDE at {self.comparison.confidence:.0%} confidence):")
@@ -131,6 +140,23 @@ def _ladder(x: float) -> float:
         if x <= step:
             return step
     return LADDER[-1]
+
+
+def _upper_factor(n: int, p: float = 0.10) -> float:
+    """sqrt((n−1)/χ²_p(n−1)): turns a σ estimated from n cases into its one-sided
+    90% upper bound (Wilson–Hilferty for the χ² quantile)."""
+    k = max(n - 1, 1)
+    z = -1.2816 if p == 0.10 else float(__import__("statistics").NormalDist().inv_cdf(p))
+    chi = k * (1 - 2 / (9 * k) + z * np.sqrt(2 / (9 * k))) ** 3
+    return float(np.sqrt(k / chi)) if chi > 0 else 3.0
+
+
+def _round_up(x: float) -> float:
+    """Two significant figures, rounded up (0.1234 → 0.13)."""
+    if x <= 0:
+        return 0.0
+    scale = 10 ** (np.floor(np.log10(x)) - 1)
+    return float(np.ceil(x / scale - 1e-9) * scale)
 
 
 def calibrate(run_a: RunLike, run_b: RunLike, threshold: float | str | None = None,
@@ -158,10 +184,18 @@ def calibrate(run_a: RunLike, run_b: RunLike, threshold: float | str | None = No
     rows["reach"] = np.maximum((rows["hi"] - 1).abs(), (rows["lo"] - 1).abs())
     cases = rows[["benchmark", "metric", "unit", "label", "case_id", "point", "base_n", "n", "rcv", "mde",
                   "ratio", "lo", "hi", "verdict", "threshold", "p_false_alarm", "abs_change", "reach"]]
+    th = cmp.thresholds
+    # the repetitions' own standard error, without any run noise the thresholds already add
+    used = np.array([th.noise_for(b) for b in rows["benchmark"]])
+    within = np.sqrt(np.maximum(rows["se_log"].to_numpy(float) ** 2 - 2 * used ** 2, 0))
+    cases = cases.assign(se_within=within)
     bench = []
     for b, g in cases.groupby("benchmark", sort=False):
-        reach = g["reach"].replace([np.inf], np.nan).dropna()
-        worst = max(float(g["abs_change"].max()) * 1.5, float(reach.quantile(0.9)) if len(reach) else 0.0)
+        sigma = run_noise_estimate(np.log(g["ratio"].to_numpy(float)), g["se_within"].to_numpy(float))
+        df = rows.loc[g.index, "df"].to_numpy(float)
+        upper = sigma * _upper_factor(len(g)) if np.isfinite(sigma) else sigma
+        with_noise = [minimum_detectable_effect(float(np.sqrt(se ** 2 + 2 * upper ** 2)), d, thr, confidence)
+                      for se, d, thr in zip(g["se_within"], df, g["threshold"])] if np.isfinite(sigma) else []
         bench.append({"benchmark": b, "cases": int(len(g)), "median_rcv": float(g["rcv"].median()),
                       "median_mde": float(g["mde"].replace([np.inf], np.nan).median()),
                       "max_abs_change": float(g["abs_change"].max()),
@@ -169,5 +203,7 @@ def calibrate(run_a: RunLike, run_b: RunLike, threshold: float | str | None = No
                       "same_rate": float((g["verdict"] == SAME).mean()),
                       "expected_false_positive_rate": float(g["p_false_alarm"].mean()),
                       "threshold": float(g["threshold"].iloc[0]),
-                      "suggested_threshold": _ladder(worst)})
+                      "run_noise": sigma,
+                      "suggested_noise": sigma * _upper_factor(len(g)) if np.isfinite(sigma) else sigma,
+                      "mde_with_noise": float(np.nanmedian(with_noise)) if len(with_noise) else float("nan")})
     return Calibration(cmp, cases.reset_index(drop=True), pd.DataFrame(bench), warnings)

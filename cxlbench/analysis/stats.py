@@ -195,7 +195,7 @@ class Ratio:
         return math.isfinite(self.lo) and math.isfinite(self.hi)
 
 
-def ratio_ci(baseline, current, confidence: float = CONFIDENCE) -> Ratio:
+def ratio_ci(baseline, current, confidence: float = CONFIDENCE, run_noise: float = 0.0) -> Ratio:
     """Ratio of medians current/baseline with a `confidence` interval.
 
     The interval is the two-sample t interval of the difference of mean log
@@ -205,6 +205,10 @@ def ratio_ci(baseline, current, confidence: float = CONFIDENCE) -> Ratio:
     runs have as many repetitions (the t test is robust to unequal variances
     then), Welch–Satterthwaite's otherwise. An outlier widens the interval
     (the case becomes inconclusive) rather than moving it.
+
+    `run_noise` is the run-to-run noise that repetitions inside one run cannot
+    see (the σ of a per-run offset of log values, measured by `calibrate`): each
+    run contributes it once, so 2·run_noise² joins the variance.
     """
     b, c = clean(baseline), clean(current)
     nb, nc = b.size, c.size
@@ -222,7 +226,7 @@ def ratio_ci(baseline, current, confidence: float = CONFIDENCE) -> Ratio:
                      note="needs at least 2 repetitions in each run")
     lb, lc = np.log(b), np.log(c)
     vb, vc = float(lb.var(ddof=1)) / nb, float(lc.var(ddof=1)) / nc
-    se = math.sqrt(vb + vc)
+    se = math.sqrt(vb + vc + 2 * run_noise ** 2)
     if nb == nc or vb + vc == 0:
         df = float(nb + nc - 2)
     else:
@@ -300,9 +304,26 @@ def minimum_detectable_effect(se_log: float, df: float, threshold: float,
 
 
 def compare_values(baseline, current, better: str, threshold: float,
-                   confidence: float = CONFIDENCE) -> Change:
+                   confidence: float = CONFIDENCE, run_noise: float = 0.0) -> Change:
     """Ratio, interval and verdict for one metric's per-repetition values."""
-    return judge(ratio_ci(baseline, current, confidence), better, threshold)
+    return judge(ratio_ci(baseline, current, confidence, run_noise), better, threshold)
+
+
+def run_noise_estimate(log_ratios, se_logs) -> float:
+    """The run-to-run noise σ behind a set of A/A log ratios: each ratio varies by
+    its repetitions' standard error plus twice the run variance, so
+    σ² = (variance of the ratios − typical se²) / 2, never below 0. The variance
+    is read off the 90th percentile of |d − median| (÷1.645, exact for normal
+    noise): contention on a shared machine has heavy tails, and a gate should
+    cover most cases, not the typical one."""
+    d = clean(log_ratios)
+    se = clean(se_logs)
+    if d.size < 3:
+        return math.nan
+    dev = np.abs(d - np.median(d))
+    spread = float(np.quantile(dev, 0.9)) / 1.6449 if d.size >= 10 else 1.4826 * float(np.median(dev))
+    within = float(np.median(se ** 2)) if se.size else 0.0
+    return math.sqrt(max(0.0, (spread ** 2 - within) / 2))
 
 
 def false_alarm_probability(se_log: float, df: float, threshold: float,

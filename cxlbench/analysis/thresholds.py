@@ -10,6 +10,13 @@
 The most specific entry wins: benchmark+metric, then benchmark, then the
 default: a threshold given explicitly (--threshold), else the file's `default`,
 else 5%.
+
+An optional [noise] table holds each benchmark's run-to-run noise (σ of log
+values between runs, which repetitions inside one run cannot see), as
+`cxlbench calibrate` measures it; the gate widens its intervals by it:
+
+    [noise]
+    latency = 0.12
 """
 from __future__ import annotations
 
@@ -50,14 +57,20 @@ class Thresholds:
     benchmarks: dict[str, float] = field(default_factory=dict)
     metrics: dict[tuple[str, str], float] = field(default_factory=dict)
     source: str = "default"
+    noise: dict[str, float] = field(default_factory=dict)     # benchmark → run-to-run σ
 
     def for_case(self, benchmark: str, metric: str) -> float:
         return self.metrics.get((benchmark, metric), self.benchmarks.get(benchmark, self.default))
+
+    def noise_for(self, benchmark: str) -> float:
+        return self.noise.get(benchmark, self.noise.get("default", 0.0))
 
     def describe(self) -> str:
         parts = [f"{self.default:.1%} default"]
         parts += [f"{b} {v:.1%}" for b, v in sorted(self.benchmarks.items())]
         parts += [f"{b}.{m} {v:.1%}" for (b, m), v in sorted(self.metrics.items())]
+        if self.noise:
+            parts.append("run-to-run noise " + ", ".join(f"{b} {v:.1%}" for b, v in sorted(self.noise.items())))
         return ", ".join(parts) + (f" (from {self.source})" if self.source != "default" else "")
 
 
@@ -88,10 +101,19 @@ def load_thresholds(path: str | Path | None = None, threshold: float | str | Non
                     t.metrics[(bench, metric)] = parse_fraction(v, f"{p}: benchmarks.{bench}.{metric}")
         else:
             t.benchmarks[bench] = parse_fraction(value, f"{p}: benchmarks.{bench}")
-    unknown = set(data) - {"default", "benchmarks"}
+    for bench, value in (data.get("noise") or {}).items():
+        try:
+            v = float(value[:-1]) / 100 if isinstance(value, str) and value.strip().endswith("%") \
+                else float(value)
+        except (TypeError, ValueError):
+            v = -1.0
+        if not 0 <= v < 5:
+            raise ThresholdError(f"{p}: noise.{bench}: {value!r} is not a run-to-run noise (write 0.12 or \"12%\")")
+        t.noise[bench] = v
+    unknown = set(data) - {"default", "benchmarks", "noise"}
     if unknown:
         raise ThresholdError(f"thresholds file {p}: unknown keys {', '.join(sorted(unknown))} "
-                             f"(expected default and [benchmarks])")
+                             f"(expected default, [benchmarks] and [noise])")
     return t
 
 
@@ -107,6 +129,8 @@ def to_toml(t: Thresholds, comment: str = "") -> str:
         by_bench.setdefault(b, {})[m] = v
     for b, ms in sorted(by_bench.items()):
         lines += ["", f"[benchmarks.{_key(b)}]"] + [f"{_key(m)} = {v:.3g}" for m, v in sorted(ms.items())]
+    if t.noise:
+        lines += ["", "[noise]"] + [f"{_key(b)} = {v:.3g}" for b, v in sorted(t.noise.items())]
     return "\n".join(lines) + "\n"
 
 
