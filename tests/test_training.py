@@ -431,3 +431,39 @@ def test_planning_the_suite_on_the_fixture_machines():
     nearest = min((n for n in env.machine.nodes.values() if n.cpus), key=lambda n: node2.distances[n.id])
     assert cpu_train["cxl2"].case.initiator == f"cpu:node{nearest.id}"
     assert cpu_train["cxl2"].case.params["grads_on"] == f"ddr{nearest.id}"   # local DDR
+
+
+def test_auto_picks_the_fastest_available_cpu_adamw_and_says_so(tmp_path):
+    from cxlbench.training.session import RunSpec, run
+    spec = RunSpec("tiny", "offload", train_config("tiny", batch=2, seq_len=16, steps=2, warmup_steps=1),
+                   Placement(NODE0, NODE0, NODE0), impl="auto", buffer_node=NODE0)
+    result = run(spec)
+    assert result.impl in ("fused", "foreach", "native", "deepspeed") and result.spec.impl == result.impl
+    assert any(note.startswith("CPU AdamW chosen") for note in result.notes)
+
+
+def test_a_native_adamw_is_used_only_if_it_computes_torchs_adamw(monkeypatch):
+    from cxlbench.training import optimizer
+
+    import ctypes
+
+    def kernel(decay: bool):
+        """The contract: adamw_step(p, g, m, v, n, step, lr, beta1, beta2, eps, weight_decay)
+        on fp32 arrays at those addresses, step counted from 1 — here in torch."""
+        def adamw_step(p, g, m, v, n, step, lr, beta1, beta2, eps, wd):
+            pt, gt, mt, vt = (torch.frombuffer((ctypes.c_float * n).from_address(a), dtype=torch.float32)
+                              for a in (p, g, m, v))
+            if decay:
+                pt.mul_(1 - lr * wd)
+            mt.mul_(beta1).add_(gt, alpha=1 - beta1)
+            vt.mul_(beta2).addcmul_(gt, gt, value=1 - beta2)
+            denom = (vt / (1 - beta2 ** step)).sqrt_().add_(eps)
+            pt.addcdiv_(mt, denom, value=-lr / (1 - beta1 ** step))
+        return adamw_step
+
+    monkeypatch.setattr(optimizer, "_native_adamw", lambda: kernel(decay=True))
+    assert optimizer.unavailable("native") is None
+    monkeypatch.setattr(optimizer, "_native_adamw", lambda: kernel(decay=False))
+    assert "disagrees" in optimizer.unavailable("native")
+    monkeypatch.setattr(optimizer, "_native_adamw", lambda: (lambda *a: 1 / 0))
+    assert "did not run" in optimizer.unavailable("native")

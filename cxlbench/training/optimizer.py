@@ -49,8 +49,10 @@ def unavailable(impl: str) -> str | None:
                          [torch.zeros((), dtype=torch.float32)], AdamWHyper(), "fused")
         except (RuntimeError, NotImplementedError) as e:
             return f"torch {torch.__version__} has no fused CPU AdamW ({e})"
-    if impl == "native" and _native_adamw() is None:
-        return "the C core (cxlbench._native) has no AdamW kernel"
+    if impl == "native":
+        if _native_adamw() is None:
+            return "the C core (cxlbench._native) has no AdamW kernel"
+        return _native_disagrees()
     if impl == "deepspeed":
         try:
             from deepspeed.ops.adam import DeepSpeedCPUAdam  # noqa: F401
@@ -65,6 +67,26 @@ def _native_adamw():
     except ImportError:
         return None
     return getattr(_native, "adamw_step", None)
+
+
+def _native_disagrees() -> str | None:
+    """The C kernel is used only if it computes what torch's AdamW computes."""
+    g = torch.Generator().manual_seed(0)
+    p0, grad = torch.randn(4096, generator=g), torch.randn(4096, generator=g)
+    results = []
+    for impl in ("forloop", "native"):
+        p, m, v = p0.clone(), torch.zeros(4096), torch.zeros(4096)
+        try:
+            steps = [torch.zeros((), dtype=torch.float32)]
+            for _ in range(3):
+                adamw_update([p], [grad], [m], [v], steps, AdamWHyper(), impl)
+        except Exception as e:                        # a kernel with another signature
+            return f"cxlbench._native.adamw_step did not run as AdamW(p, g, m, v, n, step, lr, " \
+                   f"beta1, beta2, eps, weight_decay): {e}"
+        results.append(p)
+    if not torch.allclose(results[0], results[1], rtol=1e-5, atol=1e-7):
+        return "cxlbench._native.adamw_step disagrees with torch's AdamW"
+    return None
 
 
 def adamw_update(params: list[torch.Tensor], grads: list[torch.Tensor],

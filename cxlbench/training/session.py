@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -34,7 +34,7 @@ class RunSpec:
     placement: Placement
     device: str = "cpu"               # cpu, cuda:0
     nvme_dir: str | None = None
-    impl: str = "fused"               # CPU AdamW implementation
+    impl: str = "fused"               # CPU AdamW implementation; "auto": the fastest here
     buffer_node: int | None = None    # NVMe I/O buffers and staging when params are on NVMe
     local_node: int | None = None     # where the no-offload engine's state should land (CPU run)
 
@@ -72,6 +72,26 @@ class RunResult:
         return statistics.median(getattr(s, attr) for s in self.steps)
 
 
+def choose_impl(spec: RunSpec, n_params: int, nodes_of_state: dict | None = None) -> tuple[str, dict]:
+    """The fastest available CPU AdamW on the run's own tiers (params/s of each, from a
+    short probe on up to 4M parameters placed like the run's state)."""
+    from cxlbench.training.optimizer import IMPLS, unavailable
+    rates = {}
+    for impl in IMPLS:
+        if impl == "forloop" or unavailable(impl):
+            continue
+        rates[impl] = statistics.median(adamw_probe(min(n_params, 1 << 22), impl, steps=3,
+                                                    nodes=nodes_of_state))
+    return max(rates, key=rates.get), rates
+
+
+def _state_nodes(spec: RunSpec) -> dict:
+    p = spec.placement
+    buffer = spec.buffer_node if spec.buffer_node is not None else p.grads
+    host = lambda v: v if isinstance(v, int) else (buffer if isinstance(buffer, int) else None)  # noqa: E731
+    return {"params": host(p.params), "optimizer": host(p.optimizer), "grads": host(p.grads)}
+
+
 def build_engine(spec: RunSpec):
     model = model_config(spec.config)
     if spec.engine == "offload":
@@ -88,6 +108,12 @@ def build_engine(spec: RunSpec):
 
 def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     cfg, train = model_config(spec.config), spec.train
+    impl_rates = None
+    if spec.impl == "auto" and spec.engine == "offload":
+        impl, impl_rates = choose_impl(spec, cfg.num_params(), _state_nodes(spec))
+        spec = replace(spec, impl=impl)
+    elif spec.impl == "auto":
+        spec = replace(spec, impl="fused")
     if spec.placement.activations != "device" and train.warmup_steps < 1:
         raise ValueError("offloaded activations need a warm-up step (it sizes their arena)")
     data = MarkovTokens(cfg.vocab_size, seed=train.seed)
@@ -110,6 +136,9 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
             notes.append("CPU run: the model computes on the CPU; 'transfer' is memcpy into and out "
                          "of the placed buffers, not PCIe")
         numel, impl = engine.numel, engine.impl
+        if impl_rates:
+            notes.append("CPU AdamW chosen as the fastest here: " + ", ".join(
+                f"{k} {v / 1e6:.0f}M params/s" for k, v in sorted(impl_rates.items(), key=lambda kv: -kv[1])))
     finally:
         engine.close()
 
@@ -169,16 +198,11 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
     peak = probes.peak_matmul_flops(engine.device, dtype)
     n = min(engine.numel, PROBE_MAX_PARAMS)
     d2h = h2d = opt = nvme_r = nvme_w = None
-    p = spec.placement
     if spec.engine == "offload":
         d2h = probes.copy_Bps(engine.grads[:n], engine.flat[:n])
         src = engine.staging if engine.cuda else (engine.master if engine.master is not None else engine.grads)
         h2d = probes.copy_Bps(engine.flat[:n], src[:n])
-        buffer = spec.buffer_node if spec.buffer_node is not None else p.grads
-        nodes = {"params": p.params if isinstance(p.params, int) else buffer,
-                 "optimizer": p.optimizer if isinstance(p.optimizer, int) else buffer,
-                 "grads": p.grads}
-        opt = statistics.median(adamw_probe(n, spec.impl, steps=5, nodes=nodes,
+        opt = statistics.median(adamw_probe(n, spec.impl, steps=5, nodes=_state_nodes(spec),
                                             hyper=hyper_of(train), grad_dtype=dtype,
                                             chunk=engine.chunk))
         if engine.nvme is not None:
