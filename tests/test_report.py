@@ -15,7 +15,10 @@ from cxlbench import report
 from cxlbench.analysis import synthetic as syn
 from cxlbench.results.schema import PARTIAL
 
-html5lib = pytest.importorskip("html5lib")
+try:
+    import html5lib
+except ImportError:          # a test dependency (pyproject's test extra); without it, fewer checks
+    html5lib = None
 
 EVIL_HOST = 'evil<script>alert("host")</script>&<b>bold</b>'
 EVIL_LABEL = "<img src=x onerror=alert(1)>label"
@@ -57,11 +60,32 @@ def compare_html(runs, tmp_path_factory):
     return report.render(list(runs), out)
 
 
+def _etree(text: str):
+    if html5lib is not None:
+        # strict: any HTML5 parse error (misnested tags, bad attributes, stray end tags) raises
+        return html5lib.HTMLParser(strict=True, namespaceHTMLElements=False).parse(text)
+    import xml.etree.ElementTree as ET
+    from html.parser import HTMLParser
+    root = ET.Element("html")
+
+    class Collect(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            el = ET.SubElement(root, tag, {k: v or "" for k, v in attrs})
+            if tag == "html":
+                root.attrib.update(el.attrib)
+    Collect().feed(text)
+    return root
+
+
+def test_html5lib_is_installed():
+    if html5lib is None:
+        pytest.skip("html5lib is not installed: the strict HTML5 parse is not run (pip install html5lib)")
+
+
 def validate(text: str) -> None:
     """Structural checks: a strict HTML5 parse (any parse error raises), unique ids,
     in-page links that resolve, and nothing fetched from outside the file."""
-    parser = html5lib.HTMLParser(strict=True, namespaceHTMLElements=False)
-    doc = parser.parse(text)
+    doc = _etree(text)
     ids = [e.get("id") for e in doc.iter() if e.get("id")]
     dup = {i for i in ids if ids.count(i) > 1}
     assert not dup, f"duplicate ids: {sorted(dup)[:5]}"
