@@ -138,7 +138,9 @@ def comparison_context(cmp: Comparison, runs: Sequence[Run]) -> dict[str, Any]:
             "partial": any(i.status != "complete" for i in cmp.runs),
             "partial_runs": [i.name for i in cmp.runs if i.status != "complete"],
             "families": families, "unmatched": unmatched, "not_measured": not_measured, "toc": toc,
-            "data": build.data_link(table, None, table, "comparison")}
+            "data": build.data_link(table, None, table, "comparison",
+                                    "every compared case: both medians, the ratio, its interval, "
+                                    "the verdict and MDE")}
 
 
 def _show(v: Any) -> str:

@@ -627,11 +627,12 @@ def provenance(meta: dict, n_samples: int) -> dict[str, Any]:
             "interrupted": bool(meta.get("interrupted"))}
 
 
-def data_link(samples: pd.DataFrame, reps: pd.DataFrame, pts: pd.DataFrame, stem: str) -> dict[str, Any]:
+def data_link(samples: pd.DataFrame, reps: pd.DataFrame, pts: pd.DataFrame, stem: str,
+              first: str = "every sample") -> dict[str, Any]:
     """The run's data as a data: URI CSV: every sample when it fits the budget, else
     one row per repetition, else one per point — and the page says which."""
     n = len(samples) if samples is not None else 0
-    choices = [("samples", samples, "every sample"),
+    choices = [("samples", samples, first),
                ("repetitions", reps, f"one row per repetition (the median of its inner samples): "
                                      f"all {n:,} samples would not fit in the page"),
                ("points", pts.drop(columns=[c for c in ("params",) if c in pts.columns]),
