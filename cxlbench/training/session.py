@@ -72,7 +72,7 @@ class RunResult:
         return statistics.median(getattr(s, attr) for s in self.steps)
 
 
-def choose_impl(spec: RunSpec, n_params: int, nodes_of_state: dict | None = None) -> tuple[str, dict]:
+def choose_impl(n_params: int, nodes_of_state: dict | None = None) -> tuple[str, dict]:
     """The fastest available CPU AdamW on the run's own tiers (params/s of each, from a
     short probe on up to 4M parameters placed like the run's state)."""
     from cxlbench.training.optimizer import IMPLS, unavailable
@@ -86,6 +86,8 @@ def choose_impl(spec: RunSpec, n_params: int, nodes_of_state: dict | None = None
 
 
 def _state_nodes(spec: RunSpec) -> dict:
+    """Where a run keeps params, moments and grads in host memory (NVMe's in-memory
+    share, its I/O buffers, on the buffer node)."""
     p = spec.placement
     buffer = spec.buffer_node if spec.buffer_node is not None else p.grads
     host = lambda v: v if isinstance(v, int) else (buffer if isinstance(buffer, int) else None)  # noqa: E731
@@ -110,7 +112,7 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     cfg, train = model_config(spec.config), spec.train
     impl_rates = None
     if spec.impl == "auto" and spec.engine == "offload":
-        impl, impl_rates = choose_impl(spec, cfg.num_params(), _state_nodes(spec))
+        impl, impl_rates = choose_impl(cfg.num_params(), _state_nodes(spec))
         spec = replace(spec, impl=impl)
     elif spec.impl == "auto":
         spec = replace(spec, impl="fused")
