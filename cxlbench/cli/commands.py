@@ -43,7 +43,7 @@ def doctor(root: str = "/") -> int:
 
 def run(suite: str = "quick", declarations: list[str] = (), label: str | None = None,
         out: str = "results", root: str = "/", budget: float | None = None,
-        list_only: bool = False, command: list[str] = ()) -> int:
+        list_only: bool = False, command: list[str] = (), with_report: bool = True) -> int:
     from cxlbench.cli.summary import tier_summary
     from cxlbench.results.store import load_run
     from cxlbench.runner.run import RunConfig, plan_suite, run as run_suite
@@ -71,4 +71,90 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         if n:
             print(f"{n} case(s) {status}; reasons are in run.json and the report")
     print(f"run {outcome.status}: {outcome.path}")
-    return 0 if outcome.status == "complete" else 3
+    if with_report:
+        from cxlbench.report import render
+        print(f"report: {render([outcome.path])}")
+    return 0 if outcome.status == "complete" else 130
+
+
+def _newest_run(results: str = "results") -> str:
+    from cxlbench.results.store import find_runs
+    runs = find_runs(results)
+    return str(max(runs, key=lambda p: p.stat().st_mtime))
+
+
+def report(runs: list[str], out: str | None = None, thresholds_file: str | None = None) -> int:
+    from cxlbench.analysis import ThresholdError
+    from cxlbench.report import render
+    try:
+        path = render(runs or [_newest_run()], out, thresholds_file=thresholds_file)
+    except ThresholdError as e:
+        raise UserError(str(e)) from None
+    print(f"report: {path}")
+    return 0
+
+
+def compare(runs: list[str], out: str | None = None, threshold: str | None = None,
+            thresholds_file: str | None = None) -> int:
+    from cxlbench.analysis import ThresholdError, compare as compare_runs, format_comparison
+    if len(runs) < 2:
+        raise UserError("compare needs at least two runs (the first is the baseline)")
+    try:
+        comparison = compare_runs(runs, threshold=threshold, thresholds_file=thresholds_file)
+        print(format_comparison(comparison))
+        if out:
+            from cxlbench.report import render
+            print(f"report: {render(runs, out, threshold=threshold, thresholds_file=thresholds_file)}")
+    except ThresholdError as e:
+        raise UserError(str(e)) from None
+    return 0
+
+
+def gate(baseline: str, current: str, threshold: str | None = None, thresholds_file: str | None = None,
+         allow_missing: bool = False, confirm: bool = False, ignore_identity: list[str] = (),
+         markdown: str | None = None, json_out: str | None = None, junit: str | None = None,
+         root: str = "/") -> int:
+    from cxlbench.analysis import gate as run_gate
+    rerun = _rerunner(current, root) if confirm else None
+    result = run_gate(baseline, current, threshold=threshold, thresholds_file=thresholds_file,
+                      allow_missing=allow_missing, confirm=rerun, ignore_identity=tuple(ignore_identity))
+    print(result.summary())
+    for path, text in ((markdown, result.markdown), (json_out, result.to_json),
+                       (junit, result.junit_xml)):
+        if path:
+            Path(path).write_text(text())
+    return result.exit_code
+
+
+def _rerunner(current: str, root: str):
+    """gate --confirm: re-measure only the flagged cases, with the current run's suite."""
+    from cxlbench.results.store import load_run
+    from cxlbench.runner.run import RunConfig, run as run_suite
+    meta = load_run(current).meta
+
+    def rerun(case_ids: list[str]):
+        suite = meta.get("suite", {}).get("path") or meta.get("suite", {}).get("name", "quick")
+        declared = [t["declared"] for t in meta.get("tiers", []) if t.get("declared")]
+        config = RunConfig(suite, declared, f"confirm-{meta['run_id']}", str(Path(current).parents[1]),
+                           root, only=list(case_ids), command=["gate --confirm"])
+        return run_suite(config).path
+    return rerun
+
+
+def calibrate(run_a: str, run_b: str, thresholds_out: str | None = None) -> int:
+    from cxlbench.analysis import calibrate as run_calibrate
+    cal = run_calibrate(run_a, run_b)
+    print(cal.format())
+    if thresholds_out:
+        Path(thresholds_out).write_text(cal.thresholds_toml())
+        print(f"thresholds: {thresholds_out}")
+    return 0
+
+
+def export(run_path: str, out: str, fmt: str = "pytest-benchmark") -> int:
+    from cxlbench.export import export_pytest_benchmark
+    from cxlbench.results.store import load_run
+    if fmt != "pytest-benchmark":
+        raise UserError(f"unknown export format {fmt!r} (supported: pytest-benchmark)")
+    print(f"wrote {export_pytest_benchmark(load_run(run_path), out)}")
+    return 0

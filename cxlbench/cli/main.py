@@ -51,8 +51,50 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=float, help="time budget in seconds (overrides the suite's)")
     r.add_argument("--list", action="store_true", help="print the plan and exit")
     tiers(r)
+    r.add_argument("--no-report", action="store_true", help="don't render the HTML report")
     r.set_defaults(func=lambda a: commands.run(
-        a.suite, a.tier, a.label, a.out, a.root, a.budget, a.list, sys.argv))
+        a.suite, a.tier, a.label, a.out, a.root, a.budget, a.list, sys.argv, not a.no_report))
+
+    rp = sub.add_parser("report", help="render runs as one self-contained HTML file")
+    rp.add_argument("runs", nargs="*", help="run directories (default: the newest under results/)")
+    rp.add_argument("-o", "--out", help="output file (default: reports/<run_id>.html)")
+    rp.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
+    rp.set_defaults(func=lambda a: commands.report(a.runs, a.out, a.thresholds))
+
+    c = sub.add_parser("compare", help="runs side by side: ratios with confidence intervals, verdicts")
+    c.add_argument("runs", nargs="+", help="run directories; the first is the baseline")
+    c.add_argument("-o", "--out", help="also write the comparison as HTML")
+    c.add_argument("--threshold", help="smallest change that matters, e.g. 5%% (default: 5%%)")
+    c.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
+    c.set_defaults(func=lambda a: commands.compare(a.runs, a.out, a.threshold, a.thresholds))
+
+    g = sub.add_parser("gate", help="exit 1 when a case regressed, 2 when the inputs are unusable")
+    g.add_argument("--baseline", required=True)
+    g.add_argument("--current", required=True)
+    g.add_argument("--threshold", help="e.g. 5%% (default: the thresholds file's, else 5%%)")
+    g.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
+    g.add_argument("--allow-missing", action="store_true", help="cases missing from one side don't exit 2")
+    g.add_argument("--confirm", action="store_true", help="re-run flagged cases; fail only if they regress again")
+    g.add_argument("--ignore-identity", action="append", default=[], metavar="FIELD",
+                   help="an identity field allowed to differ (e.g. kernel)")
+    g.add_argument("--markdown", help="write a markdown summary here (for a CI job page)")
+    g.add_argument("--json", help="write the machine-readable verdict here")
+    g.add_argument("--junit", help="write JUnit XML here")
+    g.set_defaults(func=lambda a: commands.gate(
+        a.baseline, a.current, a.threshold, a.thresholds, a.allow_missing, a.confirm,
+        a.ignore_identity, a.markdown, a.json, a.junit, a.root))
+
+    cal = sub.add_parser("calibrate", help="an A/A pair of runs: noise floor per case, gate false-positive rate")
+    cal.add_argument("run_a")
+    cal.add_argument("run_b")
+    cal.add_argument("--write-thresholds", help="write suggested thresholds (TOML) here")
+    cal.set_defaults(func=lambda a: commands.calibrate(a.run_a, a.run_b, a.write_thresholds))
+
+    e = sub.add_parser("export", help="write a run in another tool's format")
+    e.add_argument("run")
+    e.add_argument("--format", default="pytest-benchmark")
+    e.add_argument("-o", "--out", required=True)
+    e.set_defaults(func=lambda a: commands.export(a.run, a.out, a.format))
     return p
 
 
@@ -66,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cxlbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:                 # `cxlbench compare ... | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
