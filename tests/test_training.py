@@ -467,3 +467,14 @@ def test_a_native_adamw_is_used_only_if_it_computes_torchs_adamw(monkeypatch):
     assert "disagrees" in optimizer.unavailable("native")
     monkeypatch.setattr(optimizer, "_native_adamw", lambda: (lambda *a: 1 / 0))
     assert "did not run" in optimizer.unavailable("native")
+
+
+def test_state_files_of_dead_workers_are_removed(tmp_path):
+    from cxlbench.training.nvme_optimizer import PREFIX, remove_stale
+    dead = tmp_path / f"{PREFIX}999999999-abcd.bin"          # no such pid
+    alive = tmp_path / f"{PREFIX}{os.getpid()}-abcd.bin"
+    other = tmp_path / "keep.bin"
+    for f in (dead, alive, other):
+        f.write_bytes(b"x")
+    assert remove_stale(str(tmp_path)) == [dead.name]
+    assert alive.exists() and other.exists()

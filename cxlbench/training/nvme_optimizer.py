@@ -33,6 +33,24 @@ from cxlbench.training.optimizer import AdamWHyper, OnChunk, adamw_update, widen
 from cxlbench.training.placement import HostArena
 
 ALIGN_ELEMS = 1024           # chunk multiple: 4 KiB of fp32, the O_DIRECT alignment
+PREFIX = "cxlbench-adamw-"   # state files: PREFIX<pid>-<random>.bin
+
+
+def remove_stale(directory: str) -> list[str]:
+    """Delete state files left by processes that no longer exist (a killed worker
+    leaves its file behind; at 12 bytes a parameter they fill a disk fast)."""
+    removed = []
+    for name in os.listdir(directory):
+        if not (name.startswith(PREFIX) and name.endswith(".bin")):
+            continue
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            try:
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
 
 
 @dataclass
@@ -71,7 +89,8 @@ class NvmeAdamW:
         self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.bounds]
         self.record_bytes = self.fields * chunk * 4
         self.file_bytes = self.record_bytes * len(self.bounds)
-        self.path = os.path.join(directory, f"cxlbench-adamw-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin")
+        remove_stale(directory)
+        self.path = os.path.join(directory, f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}.bin")
         self.fd, self.o_direct = _open(self.path, o_direct)
         try:
             os.posix_fallocate(self.fd, 0, self.file_bytes)
