@@ -111,8 +111,9 @@ def devices_section(m: Machine) -> list[str]:
 def environment_section(m: Machine) -> list[str]:
     env = m.environment
     mhz = f" {env.cpu_mhz:.0f} MHz" if env.cpu_mhz else ""
-    return [f"Settings    numa_balancing {env.numa_balancing}, demotion {env.demotion_enabled}, "
-            f"governor {env.governor}{mhz}, smt {env.smt_control}, "
+    demotion = {True: "on", False: "off", None: "?"}[env.demotion_enabled]
+    return [f"Settings    numa_balancing {env.numa_balancing}, demotion {demotion}, "
+            f"governor {env.governor or 'none'}{mhz}, smt {env.smt_control}, "
             f"prefetcher MSRs {'readable' if env.prefetcher_readable else 'unreadable'}"]
 
 
