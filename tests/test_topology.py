@@ -207,6 +207,16 @@ def test_region_node_found_through_the_dax_bus(tmp_path):
     assert moved.numa_node == 2 and moved.dax_devices == {"dax0.0": "kmem"}
 
 
+def test_region_left_as_devdax_onlines_no_node(tmp_path):
+    root = copy_tree("two_socket_cxl", tmp_path)
+    driver = root / "sys/devices/platform/ACPI0017:00/root0/decoder0.0/region0/dax_region0/dax0.0/driver"
+    driver.unlink()
+    (root / "sys/bus/dax/drivers/device_dax").mkdir()
+    driver.symlink_to(os.path.relpath(root / "sys/bus/dax/drivers/device_dax", driver.parent))
+    (region,) = read_machine(str(root)).cxl_regions
+    assert region.numa_node is None and region.dax_devices == {"dax0.0": "device_dax"}
+
+
 def test_fixture_edac(cxl):
     mc0, mc1 = cxl.edac
     assert (mc0.name, mc0.mode, mc0.ce_count, mc0.ue_count) == ("mc0", "SECDED", 3, 0)

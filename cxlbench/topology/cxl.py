@@ -104,7 +104,9 @@ def read_region(root: str, name: str) -> CxlRegion:
     targets = region_targets(root, name)
     memdevs = [m for m in (memdev_of_decoder(root, t) for t in targets) if m]
     dax = region_dax_devices(root, name)
-    nodes = [n for n in (dax_node(p) for p in dax) if n is not None]
+    # Only a device bound to kmem puts the capacity in the page allocator; one left as
+    # /dev/daxZ.Y (device_dax) names a target_node but adds no memory to it.
+    nodes = [n for n in (dax_node(p) for p in dax if dax_driver(p) == "kmem") if n is not None]
     return CxlRegion(
         name=name,
         size_bytes=read_int(root, f"{d}/size") or 0,
