@@ -355,7 +355,8 @@ def test_measure_yields_registered_metrics_and_a_step_model_verdict(tmp_path):
     torch.set_num_threads(1)
     assert {s.metric for s in samples} <= set(METRICS)
     steps = [s for s in samples if s.metric == "tokens_per_s"]
-    assert [s.repetition for s in steps] == [0, 1, 2] and all(s.value > 0 for s in steps)
+    assert [s.params["iteration"] for s in steps] == [0, 1, 2] and all(s.value > 0 for s in steps)
+    assert {s.repetition for s in steps} == {0}         # one process: steps are inner iterations
     assert any(s.metric == "nvme_read_s" for s in samples)
     (pred,) = [s for s in samples if s.metric == "predicted_step_s"]
     assert "model_flag" in pred.params and pred.value > 0

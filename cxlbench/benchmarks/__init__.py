@@ -8,6 +8,7 @@ from types import ModuleType
 FAMILIES = {
     "latency": "cxlbench.benchmarks.latency",
     "bandwidth": "cxlbench.benchmarks.bandwidth",
+    "training": "cxlbench.benchmarks.training",
 }
 
 

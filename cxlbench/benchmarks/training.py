@@ -482,7 +482,9 @@ def _train_samples(r, info: dict) -> list[Sample]:
         achieved = tps * r.flops_per_token
         values["tflops"] = achieved / 1e12
         values["mfu"] = achieved / r.peak_flops
-        samples += [Sample(k, v, i) for k, v in values.items()]
+        # Steps of one process are not independent trials: the step index is an
+        # inner iteration, so comparisons summarise per process, not per step.
+        samples += [Sample(k, v, 0, {"iteration": i}) for k, v in values.items()]
 
     v = r.verdict
     pred = {f"model_{k}": val for k, val in r.prediction.as_dict().items() if k != "step_s"}

@@ -177,6 +177,8 @@ class Run:
 
 
 def _read_meta(run_dir: Path) -> dict[str, Any]:
+    if not run_dir.exists():
+        raise ResultsError(f"{run_dir} does not exist")
     try:
         meta = json.loads((run_dir / RUN_JSON).read_text())
     except FileNotFoundError:

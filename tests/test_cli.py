@@ -1,0 +1,92 @@
+"""The commands as a user calls them: exit codes, one-line errors, files written."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cxlbench.analysis import synthetic
+from cxlbench.cli.main import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_topology_json_on_the_two_socket_cxl_fixture(capsys):
+    code, out, _ = run_cli(capsys, "--root", str(FIXTURES / "two_socket_cxl"), "topology", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert {t["name"]: t["kind"] for t in doc["tiers"]} == {"ddr0": "ddr", "ddr1": "ddr", "cxl2": "cxl"}
+    assert {i["name"] for i in doc["initiators"]} >= {"cpu:node0", "cpu:node1"}
+
+
+def test_topology_declaration_is_recorded(capsys):
+    code, out, _ = run_cli(capsys, "--root", str(FIXTURES / "two_socket_cxl"), "topology", "--json",
+                           "--tier", "cxl=node:1")
+    tiers = {t["name"]: t for t in json.loads(out)["tiers"]}
+    assert code == 0 and tiers["cxl1"]["declared"] == "cxl=node:1"
+
+
+def test_doctor_exit_code_follows_the_worst_verdict(capsys):
+    code, out, _ = run_cli(capsys, "--root", str(FIXTURES / "two_socket_cxl"), "doctor")
+    assert code in (1, 2) and out.strip()
+
+
+def test_plan_on_the_fixture_lists_hugetlb_skips_with_reasons(capsys, tmp_path):
+    suite = tmp_path / "s.toml"
+    suite.write_text('[[benchmark]]\nname = "latency"\ninitiators = "all"\n'
+                     'page = ["hugetlb-1g"]\nworking_set = ["64GiB"]\n')
+    code, out, _ = run_cli(capsys, "--root", str(FIXTURES / "two_socket_cxl"), "run", "--suite",
+                           str(suite), "--list")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert len(lines) == 6                    # 2 CPU nodes × 3 memory tiers
+    assert all(line.startswith("skip") and "hugetlb-1g" in line for line in lines)
+
+
+def _pair(tmp_path, worse=0.0):
+    rng = np.random.default_rng(7)
+    base = synthetic.write_run(tmp_path / "r", synthetic.suite_results(rng, noise=0.01))
+    slower = (lambda case, metric: 1 + worse if metric == "latency_ns" else 1 / (1 + worse))
+    cur = synthetic.write_run(tmp_path / "r", synthetic.suite_results(rng, noise=0.01, factor=slower))
+    return str(base), str(cur)
+
+
+def test_gate_passes_aa_and_fails_a_regression_writing_its_reports(capsys, tmp_path):
+    base, same = _pair(tmp_path)
+    assert run_cli(capsys, "gate", "--baseline", base, "--current", same)[0] == 0
+    _, worse = _pair(tmp_path, worse=0.3)
+    md, js, xml = tmp_path / "g.md", tmp_path / "g.json", tmp_path / "g.xml"
+    code, out, _ = run_cli(capsys, "gate", "--baseline", base, "--current", worse, "--markdown", str(md),
+                           "--json", str(js), "--junit", str(xml))
+    assert code == 1
+    assert json.loads(js.read_text()) and md.read_text() and xml.read_text().startswith("<?xml")
+
+
+def test_gate_on_unreadable_input_exits_2(capsys, tmp_path):
+    base, _ = _pair(tmp_path)
+    code, _, _ = run_cli(capsys, "gate", "--baseline", base, "--current", str(tmp_path / "missing"))
+    assert code == 2
+
+
+def test_report_and_compare_write_html(capsys, tmp_path):
+    base, cur = _pair(tmp_path)
+    code, out, _ = run_cli(capsys, "report", base, "-o", str(tmp_path / "a.html"))
+    assert code == 0 and (tmp_path / "a.html").read_text().startswith("<!DOCTYPE html>")
+    code, out, _ = run_cli(capsys, "compare", base, cur, "-o", str(tmp_path / "c.html"))
+    assert code == 0 and "latency" in out and (tmp_path / "c.html").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["compare", "only-one"], "at least two runs"),
+    (["report", "/nonexistent/run"], "does not exist"),
+    (["export", "/nonexistent/run", "-o", "x.json"], "does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
