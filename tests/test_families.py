@@ -1,0 +1,85 @@
+"""The latency and bandwidth families: what they plan on a machine, what they measure."""
+from pathlib import Path
+
+import pytest
+
+from cxlbench.benchmarks import bandwidth, latency
+from cxlbench.benchmarks.sizes import latency_sweep
+from cxlbench.results.schema import Case
+from cxlbench.runner.run import build_env
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SUITE = {"repetitions": 2, "warmup": 1, "min_sample_s": 0.01}
+
+
+@pytest.fixture(scope="module")
+def two_socket():
+    return build_env(str(FIXTURES / "two_socket_cxl"), [])
+
+
+@pytest.fixture(scope="module")
+def here():
+    env = build_env("/", [])
+    env.suite = dict(SUITE)
+    return env
+
+
+def test_all_initiators_give_mlcs_matrix(two_socket):
+    planned = latency.plan({**SUITE, "initiators": "all", "working_set": ["1MiB"]}, two_socket)
+    pairs = {(p.case.initiator, p.case.target) for p in planned}
+    assert pairs == {(i, t) for i in ("cpu:node0", "cpu:node1") for t in ("ddr0", "ddr1", "cxl2")}
+
+
+def test_local_initiators_reach_cpu_less_tiers_from_the_nearest_node(two_socket):
+    planned = latency.plan({**SUITE, "working_set": ["1MiB"]}, two_socket)
+    assert {(p.case.initiator, p.case.target) for p in planned} == {
+        ("cpu:node0", "ddr0"), ("cpu:node1", "ddr1"), ("cpu:node0", "cxl2")}
+
+
+def test_cases_that_cannot_run_are_planned_with_a_reason(two_socket):
+    spec = {**SUITE, "page": ["hugetlb-1g", "4k"], "working_set": ["8GiB", "100TiB"]}
+    skips = {(p.case.params["page"], p.case.params["working_set_bytes"]): p.skip
+             for p in latency.plan(spec, two_socket) if p.case.target == "ddr0"}
+    assert "hugetlb-1g pages on node 0" in skips[("hugetlb-1g", 8 << 30)] or skips[("hugetlb-1g", 8 << 30)] is None
+    assert "free memory" in skips[("4k", 100 << 40)]
+    assert skips[("4k", 8 << 30)] is None
+
+
+def test_sweep_is_finer_around_the_caches(two_socket):
+    sizes = latency_sweep(two_socket.machine, 16 << 10, 1 << 30)
+    assert sizes[0] == 16 << 10 and sizes[-1] == 1 << 30 and sizes == sorted(sizes)
+    assert any(s & (s - 1) for s in sizes)          # midpoints exist (not powers of two)
+    assert all(s & (s - 1) == 0 for s in sizes if s < 64 << 10)
+
+
+def test_bandwidth_threads_go_up_to_the_initiator_and_skip_nt_reads(two_socket):
+    planned = bandwidth.plan({**SUITE, "kernel": ["read", "triad"], "nt": [False, True],
+                              "tiers": ["ddr0"]}, two_socket)
+    threads = sorted({p.case.params["threads"] for p in planned})
+    ncpus = len(two_socket.initiators["cpu:node0"].cpus)
+    assert threads[0] == 1 and threads[-1] == ncpus
+    assert not [p for p in planned if p.case.params["kernel"] == "read" and p.case.params["nt"]]
+
+
+def test_latency_measures_exactly_the_working_set_asked(here, monkeypatch):
+    from cxlbench import _native
+    seen = []
+    real = _native.chase_init
+    monkeypatch.setattr(_native, "chase_init", lambda addr, length, *a: seen.append(length) or real(addr, length, *a))
+    case = Case("latency", "cpu:node0", "ddr0", "ddr",
+                {"working_set_bytes": 64 << 10, "page": "thp", "pattern": "random", "chains": 1,
+                 "line_bytes": 64}, repetitions=2, warmup=1)
+    samples = latency.measure(case, here, {})
+    assert seen == [64 << 10, 64 << 10]              # not the 2 MiB the THP buffer was rounded to
+    assert [s.repetition for s in samples] == [0, 1]
+    assert all(s.metric == "latency_ns" and s.value > 0 for s in samples)
+    assert all(s.params["page_bytes"] == 2 << 20 for s in samples)
+
+
+def test_bandwidth_keeps_every_iteration_of_every_repetition(here):
+    case = Case("bandwidth", "cpu:node0", "ddr0", "ddr",
+                {"kernel": "triad", "threads": 1, "nt": False, "page": "4k",
+                 "array_bytes": 4 << 20, "iterations": 3}, repetitions=2, warmup=1)
+    samples = bandwidth.measure(case, here, {})
+    assert [(s.repetition, s.params["iteration"]) for s in samples] == [(r, i) for r in range(2) for i in range(3)]
+    assert all(s.params["page_bytes"] == 4096 and s.value > 0 for s in samples)
