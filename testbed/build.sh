@@ -204,7 +204,7 @@ build_base() {
         wheel=$(ls "$CACHE"/wheels/pyarrow-*-cp313-*.whl | head -1)
     fi
     stamp=$( { echo "$debs $kdeb $hdebs $wheel" | xargs -n1 basename;
-               echo "$GUEST_RECIPE $GUEST_MODULE_DIRS"; sha256sum "$HERE/lib/mkcpio.py"; } | stamp_of)
+               echo "$GUEST_RECIPE $GUEST_MODULE_DIRS"; sha256sum < "$HERE/lib/mkcpio.py"; } | stamp_of)
     if [ "$(cat "$dir/stamp" 2>/dev/null)" = "$stamp" ] && [ -s "$dir/base.cpio" ]; then
         log "guest: cached ($(cat "$dir/kernel-version"), $(du -h "$dir/base.cpio" | cut -f1) root image)"
         return
