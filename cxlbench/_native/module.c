@@ -489,6 +489,247 @@ static PyObject *py_stream_check(PyObject *self, PyObject *args, PyObject *kw)
     return PyFloat_FromDouble(sum);
 }
 
+/* --- host suites (issue 3) --- */
+
+/* The line op's keyword arguments, shared by lines(), lines_check() and
+ * loaded_latency(); refused here with a sentence rather than an errno. */
+static int check_line_op(const struct cb_line_op *op)
+{
+    int err = cb_line_op_check(op);
+    if (err == ENOTSUP) {
+        PyErr_Format(PyExc_ValueError, "non-temporal stores are not available on this CPU "
+                     "architecture; use nt=False");
+        return -1;
+    }
+    if (err) {
+        PyErr_Format(PyExc_ValueError, "line op: reads + writes must be 1..2048 lines per group "
+                     "(reads=%u, writes=%u); write_bytes a multiple of 4 in 4..64 (%u), and 64 "
+                     "with rmw", op->reads, op->writes, op->write_bytes);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *seconds_list(const double *seconds, int n)
+{
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *v = PyFloat_FromDouble(seconds[i]);
+        if (!v) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, v);
+    }
+    return list;
+}
+
+/* lines() and lines_check(): parse, run, 0 or -1 with an exception set. */
+static int run_lines(PyObject *args, PyObject *kw, const char *fmt, int *iterations,
+                     double **seconds, uint64_t *sum)
+{
+    static char *kwlist[] = {"addr", "length", "cpus", "reads", "writes", "write_bytes", "rmw",
+                             "nt", "value", "iterations", NULL};
+    uintptr_t addr;
+    size_t length, ncpus;
+    PyObject *cpus_obj;
+    unsigned long long value = 0;
+    struct cb_line_op op = {.reads = 1, .writes = 0, .write_bytes = 64};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, conv_addr, &addr, conv_size,
+                                     &length, &cpus_obj, &op.reads, &op.writes, &op.write_bytes,
+                                     &op.rmw, &op.nt, &value, iterations))
+        return -1;
+    op.value = value;
+    if (check_line_op(&op) < 0)
+        return -1;
+    if (addr % 64 || length % 64 || length == 0) {
+        PyErr_Format(PyExc_ValueError, "lines: the buffer must be 64-byte aligned and a whole "
+                     "number of 64-byte lines (length %zu)", length);
+        return -1;
+    }
+    if (*iterations < 1) {
+        PyErr_Format(PyExc_ValueError, "iterations must be at least 1");
+        return -1;
+    }
+    int *cpus;
+    if (int_array(cpus_obj, "cpus must be a sequence of CPU numbers", &cpus, &ncpus) < 0)
+        return -1;
+    if (ncpus == 0) {
+        PyMem_Free(cpus);
+        PyErr_Format(PyExc_ValueError, "cpus: at least one CPU (one thread per CPU)");
+        return -1;
+    }
+    *seconds = PyMem_Malloc((size_t)*iterations * sizeof **seconds);
+    if (!*seconds) {
+        PyMem_Free(cpus);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_lines(&op, addr, length, cpus, ncpus, *iterations, *seconds, sum);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(cpus);
+    if (err) {
+        PyMem_Free(*seconds);
+        *seconds = NULL;
+        raise_os(err, "lines on %zu thread(s): %s (a CPU not allowed to this process?)", ncpus,
+                 strerror(err));
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_lines(PyObject *self, PyObject *args, PyObject *kw)
+{
+    int iterations = 10;
+    double *seconds = NULL;
+    uint64_t sum = 0;
+    if (run_lines(args, kw, "O&O&O|IIIppKi:lines", &iterations, &seconds, &sum) < 0)
+        return NULL;
+    PyObject *list = seconds_list(seconds, iterations);
+    PyMem_Free(seconds);
+    return list;
+}
+
+static PyObject *py_lines_check(PyObject *self, PyObject *args, PyObject *kw)
+{
+    int iterations = 1;
+    double *seconds = NULL;
+    uint64_t sum = 0;
+    if (run_lines(args, kw, "O&O&O|IIIppKi:lines_check", &iterations, &seconds, &sum) < 0)
+        return NULL;
+    PyMem_Free(seconds);
+    return PyLong_FromUnsignedLongLong(sum);
+}
+
+static PyObject *py_line_op_bytes(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"reads", "writes", "write_bytes", "rmw", NULL};
+    struct cb_line_op op = {.reads = 1, .writes = 0, .write_bytes = 64};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IIIp:line_op_bytes", kwlist, &op.reads,
+                                     &op.writes, &op.write_bytes, &op.rmw))
+        return NULL;
+    if (check_line_op(&op) < 0)
+        return NULL;
+    return PyFloat_FromDouble(cb_line_op_bytes(&op));
+}
+
+static PyObject *py_loaded_latency(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"heads", "chase_cpu", "load_addr", "load_length", "load_cpus",
+                             "reads", "writes", "write_bytes", "rmw", "nt", "delay",
+                             "warmup_ns", "duration_ns", "limit_ns", NULL};
+    PyObject *heads_obj, *cpus_obj;
+    int chase_cpu;
+    uintptr_t load_addr;
+    size_t load_length, ncpus;
+    unsigned long long delay = 0, warmup_ns = 50000000ull, duration_ns = 200000000ull;
+    unsigned long long limit_ns = 0;
+    struct cb_line_op op = {.reads = 1, .writes = 0, .write_bytes = 64};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiO&O&O|IIIppKKKK:loaded_latency", kwlist,
+                                     &heads_obj, &chase_cpu, conv_addr, &load_addr, conv_size,
+                                     &load_length, &cpus_obj, &op.reads, &op.writes,
+                                     &op.write_bytes, &op.rmw, &op.nt, &delay, &warmup_ns,
+                                     &duration_ns, &limit_ns))
+        return NULL;
+    if (check_line_op(&op) < 0)
+        return NULL;
+    PyObject *fast = PySequence_Fast(heads_obj, "heads must be the list chase_init returned");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n < 1 || n > 64) {
+        Py_DECREF(fast);
+        return PyErr_Format(PyExc_ValueError, "heads: 1..64 chain heads, not %zd", n);
+    }
+    uintptr_t heads[64];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!conv_addr(PySequence_Fast_GET_ITEM(fast, i), &heads[i])) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    int *cpus;
+    if (int_array(cpus_obj, "load_cpus must be a sequence of CPU numbers", &cpus, &ncpus) < 0)
+        return NULL;
+    for (size_t i = 0; i < ncpus; i++) {
+        if (cpus[i] == chase_cpu) {
+            PyMem_Free(cpus);
+            return PyErr_Format(PyExc_ValueError, "CPU %d is the chase thread's; load threads "
+                                "need CPUs of their own", chase_cpu);
+        }
+    }
+    if (ncpus && (load_addr % 64 || load_length % 64 || load_length / 64 < ncpus)) {
+        PyMem_Free(cpus);
+        return PyErr_Format(PyExc_ValueError, "the load buffer must be 64-byte aligned, whole "
+                            "lines, at least one line per load thread");
+    }
+    struct cb_loaded_result r;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_loaded(heads, (size_t)n, chase_cpu, &op, load_addr, load_length, cpus, ncpus,
+                    delay, warmup_ns, duration_ns, limit_ns ? limit_ns : 5 * duration_ns, &r);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(cpus);
+    if (err)
+        return OS_FAIL(err, "loaded_latency with %zu load thread(s): %s (a CPU not allowed to "
+                       "this process?)", ncpus, strerror(err));
+#define U(x) (unsigned long long)(x)
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
+                         "chase_ns", U(r.chase_ns), "chase_steps", U(r.chase_steps),
+                         "load_ns", U(r.load_ns), "load_lines", U(r.load_lines),
+                         "load_bytes", r.load_bytes,
+                         "all_chase_ns", U(r.all_chase_ns), "all_chase_steps", U(r.all_chase_steps),
+                         "all_load_ns", U(r.all_load_ns), "all_load_lines", U(r.all_load_lines),
+                         "chase_cpu_ns", U(r.chase_cpu_ns), "load_cpu_ns", U(r.load_cpu_ns),
+                         "windows", U(r.windows), "windows_kept", U(r.windows_kept));
+#undef U
+}
+
+static PyObject *py_delay_ns_per_unit(PyObject *self, PyObject *noargs)
+{
+    double ns;
+    Py_BEGIN_ALLOW_THREADS
+    ns = cb_delay_ns_per_unit();
+    Py_END_ALLOW_THREADS
+    return PyFloat_FromDouble(ns);
+}
+
+static PyObject *py_move_pages(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"addr", "length", "node", "page_bytes", NULL};
+    uintptr_t addr;
+    size_t length, page = 4096;
+    int node, err;
+    uint64_t elapsed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&i|O&:move_pages", kwlist, conv_addr, &addr,
+                                     conv_size, &length, &node, conv_size, &page))
+        return NULL;
+    if (page == 0 || addr % page || node < 0)
+        return PyErr_Format(PyExc_ValueError, "move_pages: page_bytes > 0, the address "
+                            "page-aligned and the node >= 0");
+    size_t npages = (length + page - 1) / page;
+    PyObject *status = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(npages * sizeof(int32_t)));
+    if (!status)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_move_pages(addr, length, page, node, (int32_t *)PyBytes_AS_STRING(status),
+                        &elapsed);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        Py_DECREF(status);
+        return OS_FAIL(err, "move_pages of %zu pages to node %d: %s", npages, node,
+                       strerror(err));
+    }
+    PyObject *ret = Py_BuildValue("(KO)", (unsigned long long)elapsed, status);
+    Py_DECREF(status);
+    return ret;
+}
+
+/* --- end host suites (issue 3) --- */
+
 /* ---- module ---------------------------------------------------------------------- */
 
 #define KW (PyCFunction)(void (*)(void))
@@ -544,6 +785,39 @@ static PyMethodDef methods[] = {
      "stream_check(kernel, a, b, c, array_bytes, cpus, nt=False, scalar=3.0) -> float\n"
      "One iteration through the same threaded path; returns the read kernel's sum\n"
      "(0.0 for the others), so tests can check what the kernels computed."},
+    /* --- host suites (issue 3) --- */
+    {"lines", KW py_lines, METH_VARARGS | METH_KEYWORDS,
+     "lines(addr, length, cpus, reads=1, writes=0, write_bytes=64, rmw=False, nt=False,\n"
+     "      value=0, iterations=10) -> seconds per iteration\n"
+     "A pass over 64-byte lines in groups of reads + writes: the first `reads` lines of\n"
+     "each group are read, the next `writes` written: the first write_bytes bytes (64: the\n"
+     "whole line; fewer: a partial-line write) get `value` (every 8 bytes), or with rmw\n"
+     "the line is loaded, `value` added to each 8-byte word, stored back. nt: non-temporal\n"
+     "stores. One pinned thread per entry of cpus, slices of whole groups."},
+    {"lines_check", KW py_lines_check, METH_VARARGS | METH_KEYWORDS,
+     "lines_check(addr, length, cpus, ..., iterations=1) -> int\n"
+     "As lines(); returns the sum (mod 2**64) of the 8-byte words the last pass read."},
+    {"line_op_bytes", KW py_line_op_bytes, METH_VARARGS | METH_KEYWORDS,
+     "line_op_bytes(reads=1, writes=0, write_bytes=64, rmw=False) -> float\n"
+     "Bytes per line the op moves, STREAM's way (read 64, write write_bytes, rmw 128)."},
+    {"loaded_latency", KW py_loaded_latency, METH_VARARGS | METH_KEYWORDS,
+     "loaded_latency(heads, chase_cpu, load_addr, load_length, load_cpus, reads=1, writes=0,\n"
+     "               write_bytes=64, rmw=False, nt=False, delay=0, warmup_ns=5e7,\n"
+     "               duration_ns=2e8, limit_ns=5*duration_ns) -> dict\n"
+     "MLC's loaded latency: a thread on chase_cpu chases from heads while one thread per\n"
+     "load_cpus entry loops the line op over its slice of the load buffer, waiting `delay`\n"
+     "empty-loop iterations after each line. Timed in ~250 us sub-windows, kept when\n"
+     "every thread had >= 95% of its CPU, until duration_ns are kept or limit_ns pass. Returns, over kept sub-windows, chase_ns, chase_steps\n"
+     "(ns per load = chase_ns / chase_steps), load_ns, load_lines, load_bytes; over all of\n"
+     "them all_chase_ns, all_chase_steps, all_load_ns, all_load_lines, chase_cpu_ns,\n"
+     "load_cpu_ns (summed); windows, windows_kept. load_cpus=[]: the idle point."},
+    {"delay_ns_per_unit", py_delay_ns_per_unit, METH_NOARGS,
+     "delay_ns_per_unit() -> ns one unit of loaded_latency's delay takes here"},
+    {"move_pages", KW py_move_pages, METH_VARARGS | METH_KEYWORDS,
+     "move_pages(addr, length, node, page_bytes=4096) -> (elapsed_ns, status)\n"
+     "Migrate the range's pages to `node` (move_pages(2), MPOL_MF_MOVE); status: the node\n"
+     "of each page afterwards as native int32s (negative: -errno for that page)."},
+    /* --- end host suites (issue 3) --- */
     {NULL, NULL, 0, NULL},
 };
 

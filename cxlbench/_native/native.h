@@ -92,4 +92,67 @@ int cb_stream(enum cb_kernel kernel, double *a, double *b, double *c, size_t n,
 /* Which vector code cb_stream uses on this CPU: "avx2", "sse2" or "generic". */
 const char *cb_stream_isa(void);
 
+/* --- host suites (issue 3) ------------------------------------------------ */
+
+/* What a pass does to each 64-byte line (lineops.h). Lines go in groups of
+ * reads + writes: the first `reads` of each group are read, the next `writes`
+ * written — a full-line store (write_bytes 64), a partial store of the first
+ * write_bytes bytes (4..60, a multiple of 4), or, with rmw, a load, an add of
+ * `value` to every 8-byte word, and a store back. nt: non-temporal stores. */
+struct cb_line_op {
+    unsigned reads, writes;
+    unsigned write_bytes;
+    int rmw, nt;
+    uint64_t value;       /* stored (every 8 bytes), or added by rmw */
+};
+/* EINVAL when the op is not one of those. */
+int cb_line_op_check(const struct cb_line_op *op);
+/* Bytes a line of the group moves on average, STREAM's way (what the
+ * instructions read plus write, no write-allocate): read 64, write 64 or
+ * write_bytes, rmw 128. */
+double cb_line_op_bytes(const struct cb_line_op *op);
+
+/* lines.c: `op` over [buf, buf + bytes) (64-byte aligned, whole lines), one
+ * pinned thread per cpu, each a contiguous slice of whole groups; every
+ * iteration starts at a barrier and seconds_out[i] runs from the first thread
+ * leaving it to the last finishing (as cb_stream). sum_out (may be NULL):
+ * the sum of the 8-byte words the last iteration read. */
+int cb_lines(const struct cb_line_op *op, uintptr_t buf, size_t bytes, const int *cpus,
+             size_t nthreads, int iterations, double *seconds_out, uint64_t *sum_out);
+
+/* loaded.c: MLC's loaded latency. A chase thread pinned to chase_cpu follows
+ * the chain(s) from heads while one load thread per load_cpus entry loops
+ * `op` over its slice of [load_buf, load_buf + load_bytes), waiting `delay`
+ * empty-loop iterations after every line. After warmup_ns of both running,
+ * the chase is timed in sub-windows of about 250 us; the load threads' lines
+ * are counted over the same sub-windows (each publishes its count every 64
+ * lines). A sub-window is kept when the chase thread and every load thread
+ * had at least 95% of it on their CPUs (thread CPU clocks), so time another
+ * process ran on them never counts; the chase goes on until duration_ns of
+ * kept sub-windows or limit_ns in all. nload 0: the idle point, through the
+ * same code. */
+struct cb_loaded_result {
+    uint64_t chase_ns, chase_steps;   /* kept: ns per dependent load = chase_ns / chase_steps */
+    uint64_t load_ns, load_lines;     /* kept: lines the load threads did in load_ns */
+    double load_bytes;                /* load_lines * cb_line_op_bytes(op) */
+    uint64_t all_chase_ns, all_chase_steps, all_load_ns, all_load_lines;   /* every sub-window */
+    uint64_t chase_cpu_ns, load_cpu_ns;   /* CPU time over every sub-window (load: summed) */
+    uint64_t windows, windows_kept;
+};
+int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct cb_line_op *op,
+              uintptr_t load_buf, size_t load_bytes, const int *load_cpus, size_t nload,
+              uint64_t delay, uint64_t warmup_ns, uint64_t duration_ns, uint64_t limit_ns,
+              struct cb_loaded_result *out);
+/* ns one unit of the injection delay takes on the calling thread's CPU. */
+double cb_delay_ns_per_unit(void);
+
+/* migrate.c: move the pages of [addr, addr + length) to `node` with
+ * move_pages(2) (status_out[i]: the node page i ended on, or -errno), timed;
+ * *elapsed_ns_out covers the syscalls only. */
+int cb_move_pages(uintptr_t addr, size_t length, size_t page_bytes, int node,
+                  int32_t *status_out, uint64_t *elapsed_ns_out);
+
+/* --- end host suites (issue 3) -------------------------------------------- */
+
+
 #endif

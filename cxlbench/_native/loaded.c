@@ -1,0 +1,290 @@
+/* Loaded latency, as Intel MLC measures it: one thread chases pointers on the
+ * target tier while load threads on the same initiator stream to that tier,
+ * each waiting an injection delay after every line. Large delays leave the
+ * tier nearly idle; delay 0 saturates it. Both figures come from the same
+ * sub-windows: the chase's ns per load, and the lines the load threads got
+ * done meanwhile (each load thread publishes its count every 64 lines, so a
+ * window's count is exact to 64 lines per thread).
+ *
+ * On a shared machine another process can take a CPU from the chase or a
+ * load thread for a few ms; a wall-clock figure would then count that time
+ * as latency. The chase is therefore timed in ~250 us sub-windows, each kept
+ * only if every thread had >= 95% of it on its CPU (thread CPU clocks). On an
+ * idle machine every sub-window is kept and this is plain wall-clock timing.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "lineops.h"
+
+#define MAX_HEADS 64
+#define PUBLISH_LINES 64
+#define CHASE_CHUNK 256
+#define SUB_WINDOW_NS 250000u    /* 250 us: well inside a scheduler time slice */
+#define SHARE_PCT 95u            /* a sub-window counts when every thread had 95% of it */
+
+struct load_thread {
+    /* the counter the chase thread reads: alone in its cache line */
+    _Alignas(64) uint64_t lines;
+    _Alignas(64) struct loaded_ctx *ctx;
+    uintptr_t lo, hi;
+    uint64_t sum;
+    pthread_t tid;
+};
+
+struct loaded_ctx {
+    const struct cb_line_op *op;
+    uint64_t delay, warmup_ns, duration_ns, limit_ns;
+    const uintptr_t *heads;
+    size_t nheads, nload;
+    struct load_thread *load;
+    pthread_mutex_t lock;
+    pthread_cond_t opened;
+    int go, abort;
+    int stop;                         /* set by the chase thread when its window closes */
+    struct cb_loaded_result result;
+    uintptr_t sink;
+};
+
+static int wait_gate(struct loaded_ctx *x)
+{
+    pthread_mutex_lock(&x->lock);
+    while (!x->go)
+        pthread_cond_wait(&x->opened, &x->lock);
+    pthread_mutex_unlock(&x->lock);
+    return !x->abort;
+}
+
+static void *load_worker(void *arg)
+{
+    struct load_thread *t = arg;
+    struct loaded_ctx *x = t->ctx;
+    if (!wait_gate(x))
+        return NULL;
+    const struct cb_line_op *op = x->op;
+    const unsigned group = op->reads + op->writes;
+    const cb_v16 v = V16_SET64(op->value);
+    const uint64_t delay = x->delay;
+    struct cb_acc s;
+    acc_zero(&s);
+    uintptr_t p = t->lo;
+    unsigned j = 0;
+    uint64_t lines = 0;
+    while (!__atomic_load_n(&x->stop, __ATOMIC_RELAXED)) {
+        for (int k = 0; k < PUBLISH_LINES; k++) {
+            line_op(op, p, j, v, &s);
+            if (++j == group)
+                j = 0;
+            p += CB_LINE;
+            if (p >= t->hi) {
+                p = t->lo;
+                j = 0;
+            }
+            cb_delay(delay);
+        }
+        lines += PUBLISH_LINES;
+        __atomic_store_n(&t->lines, lines, __ATOMIC_RELAXED);
+    }
+    if (op->nt && op->writes)
+        NT_FENCE();
+    t->sum = acc_sum(&s);
+    return NULL;
+}
+
+static uint64_t load_lines(const struct loaded_ctx *x)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < x->nload; i++)
+        n += __atomic_load_n(&x->load[i].lines, __ATOMIC_RELAXED);
+    return n;
+}
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* CPU time the load threads have had so far, summed. */
+static uint64_t load_cpu(const struct loaded_ctx *x)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < x->nload; i++) {
+        clockid_t id;
+        if (pthread_getcpuclockid(x->load[i].tid, &id) == 0)
+            n += clock_ns(id);
+    }
+    return n;
+}
+
+static void chase_chunk(uintptr_t *p, size_t n, unsigned steps)
+{
+    if (n == 1) {
+        uintptr_t q = p[0];
+        for (unsigned i = 0; i < steps; i++)
+            q = *(const uintptr_t *)q;
+        p[0] = q;
+        return;
+    }
+    for (unsigned i = 0; i < steps; i++)
+        for (size_t c = 0; c < n; c++)
+            p[c] = *(const uintptr_t *)p[c];
+}
+
+static void *chase_worker(void *arg)
+{
+    struct loaded_ctx *x = arg;
+    if (!wait_gate(x))
+        return NULL;
+    uintptr_t p[MAX_HEADS];
+    for (size_t c = 0; c < x->nheads; c++)
+        p[c] = x->heads[c];
+
+    uint64_t w0 = cb_now_ns();         /* the load threads ramp up; caches and TLBs warm */
+    while (cb_now_ns() - w0 < x->warmup_ns)
+        chase_chunk(p, x->nheads, CHASE_CHUNK);
+
+    struct cb_loaded_result *r = &x->result;
+    const uint64_t limit = x->limit_ns, need_load_cpu = SHARE_PCT * x->nload;
+    uint64_t begin = cb_now_ns();
+    uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), l0 = load_cpu(x), n0 = load_lines(x);
+    uint64_t tn0 = cb_now_ns(), t0 = tn0;
+    while (r->chase_ns < x->duration_ns && t0 - begin < limit) {
+        uint64_t steps = 0, t1;
+        do {
+            chase_chunk(p, x->nheads, CHASE_CHUNK);
+            steps += CHASE_CHUNK;
+            t1 = cb_now_ns();
+        } while (t1 - t0 < SUB_WINDOW_NS);
+        uint64_t n1 = load_lines(x), tn1 = cb_now_ns();
+        uint64_t c1 = clock_ns(CLOCK_THREAD_CPUTIME_ID), l1 = load_cpu(x);
+        uint64_t wall = t1 - t0, lwall = tn1 - tn0;
+        int kept = (c1 - c0) * 100 >= SHARE_PCT * wall &&
+                   (x->nload == 0 || (l1 - l0) * 100 >= need_load_cpu * lwall);
+        r->windows++;
+        r->all_chase_ns += wall;
+        r->all_chase_steps += steps;
+        r->all_load_ns += lwall;
+        r->all_load_lines += n1 - n0;
+        r->chase_cpu_ns += c1 - c0;
+        r->load_cpu_ns += l1 - l0;
+        if (kept) {
+            r->windows_kept++;
+            r->chase_ns += wall;
+            r->chase_steps += steps;
+            r->load_ns += lwall;
+            r->load_lines += n1 - n0;
+        }
+        c0 = c1;
+        l0 = l1;
+        n0 = n1;
+        tn0 = tn1;
+        t0 = cb_now_ns();      /* the clock reads above are in no chase sub-window */
+    }
+    r->load_bytes = (double)r->load_lines * cb_line_op_bytes(x->op);
+    __atomic_store_n(&x->stop, 1, __ATOMIC_RELAXED);
+
+    uintptr_t sink = 0;
+    for (size_t c = 0; c < x->nheads; c++)
+        sink ^= p[c];
+    x->sink = sink;
+    return NULL;
+}
+
+static int start_pinned(pthread_t *tid, int cpu, void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_attr_init(&attr);
+    pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+    int err = pthread_create(tid, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    return err;
+}
+
+int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct cb_line_op *op,
+              uintptr_t load_buf, size_t load_bytes, const int *load_cpus, size_t nload,
+              uint64_t delay, uint64_t warmup_ns, uint64_t duration_ns, uint64_t limit_ns,
+              struct cb_loaded_result *out)
+{
+    if (nheads == 0 || nheads > MAX_HEADS || chase_cpu < 0 || chase_cpu >= CPU_SETSIZE)
+        return EINVAL;
+    int err = cb_line_op_check(op);
+    if (err)
+        return err;
+    if (nload) {
+        if (load_buf % CB_LINE || load_bytes % CB_LINE || load_bytes / CB_LINE < nload)
+            return EINVAL;
+        for (size_t i = 0; i < nload; i++)
+            if (load_cpus[i] < 0 || load_cpus[i] >= CPU_SETSIZE || load_cpus[i] == chase_cpu)
+                return EINVAL;
+    }
+
+    struct loaded_ctx x = {
+        .op = op, .delay = delay, .warmup_ns = warmup_ns, .duration_ns = duration_ns,
+        .limit_ns = limit_ns > duration_ns ? limit_ns : duration_ns,
+        .heads = heads, .nheads = nheads, .nload = nload,
+    };
+    if (nload) {
+        x.load = aligned_alloc(64, nload * sizeof *x.load);
+        if (!x.load)
+            return ENOMEM;
+    }
+    pthread_mutex_init(&x.lock, NULL);
+    pthread_cond_init(&x.opened, NULL);
+
+    /* Slices of whole lines; every load thread walks its own. */
+    size_t nlines = load_bytes / CB_LINE, created = 0;
+    for (size_t i = 0; i < nload; i++) {
+        struct load_thread *t = &x.load[i];
+        t->lines = 0;
+        t->ctx = &x;
+        t->lo = load_buf + i * nlines / nload * CB_LINE;
+        t->hi = load_buf + (i + 1) * nlines / nload * CB_LINE;
+        t->sum = 0;
+        err = start_pinned(&t->tid, load_cpus[i], load_worker, t);
+        if (err)
+            break;
+        created++;
+    }
+    pthread_t chase_tid;
+    int chase_started = 0;
+    if (!err) {
+        err = start_pinned(&chase_tid, chase_cpu, chase_worker, &x);
+        chase_started = err == 0;
+    }
+    pthread_mutex_lock(&x.lock);
+    x.go = 1;
+    x.abort = err != 0;
+    pthread_cond_broadcast(&x.opened);
+    pthread_mutex_unlock(&x.lock);
+    if (chase_started)
+        pthread_join(chase_tid, NULL);
+    __atomic_store_n(&x.stop, 1, __ATOMIC_RELAXED);    /* also when the chase never ran */
+    for (size_t i = 0; i < created; i++)
+        pthread_join(x.load[i].tid, NULL);
+    if (!err)
+        *out = x.result;    /* zeroed by the initialiser, filled by the chase thread */
+    pthread_cond_destroy(&x.opened);
+    pthread_mutex_destroy(&x.lock);
+    free(x.load);
+    return err;
+}
+
+double cb_delay_ns_per_unit(void)
+{
+    /* On the thread's CPU clock: time another process takes is not the loop's. */
+    const uint64_t n = 20000000;
+    cb_delay(n / 10);                  /* let the clock settle */
+    uint64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    cb_delay(n);
+    return (double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / (double)n;
+}
