@@ -13,6 +13,7 @@ from cxlbench.benchmarks import UnknownBenchmark, family
 from cxlbench.benchmarks.base import Env, Planned
 from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, SKIPPED, CaseResult
 from cxlbench.results.store import RunWriter
+from cxlbench.runner import ecc
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, benchmark_specs, load_suite
 from cxlbench.runner.worker import run_case
@@ -89,7 +90,9 @@ def run(config: RunConfig) -> RunOutcome:
         "machine": asdict(env.machine), "environment": asdict(env.machine.environment),
         "tiers": [asdict(t) for t in env.tiers.values()], "warnings": [],
     })
+    ecc_before = ecc.start(config.root)             # EDAC / CXL health counts around the run
     results = _run_planned(planned, env, writer)
+    ecc.finish(writer, ecc_before, config.root)     # a count that moved is a run warning
     status = COMPLETE if len(results) == len(planned) else PARTIAL
     writer.finish(status)
     return RunOutcome(writer.path, status, results)
