@@ -9,6 +9,12 @@ FAMILIES = {
     "latency": "cxlbench.benchmarks.latency",
     "bandwidth": "cxlbench.benchmarks.bandwidth",
     "training": "cxlbench.benchmarks.training",
+    # host suites (issue 3)
+    "loaded_latency": "cxlbench.benchmarks.loaded_latency",
+    "write_penalty": "cxlbench.benchmarks.write_penalty",
+    "page_size": "cxlbench.benchmarks.page_size",
+    "zerocopy": "cxlbench.benchmarks.zerocopy",
+    "interleave": "cxlbench.benchmarks.interleave",
 }
 
 

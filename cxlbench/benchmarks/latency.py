@@ -87,6 +87,8 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
             found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,
                      "steps": steps}
         samples.append(Sample("latency_ns", elapsed_ns / steps, rep, found))
+        if p["chains"] > 1:           # memory-level parallelism: loads in flight together
+            samples.append(Sample("ns_per_load", elapsed_ns / (steps * p["chains"]), rep, found))
     info["cpu"] = initiator.cpus[0]
     return samples
 

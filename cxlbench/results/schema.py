@@ -56,6 +56,9 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("predicted_step_s", "s", "lower"),    # the step-time model's prediction
     Metric("memory_bytes", "B", "lower"),        # peak/placed bytes per tier (column `memory`)
     Metric("max_params", "params", "higher"),    # largest model that trains in a placement
+    # host suites (issue 3)
+    Metric("ns_per_load", "ns", "lower"),        # chase with N chains: elapsed / (steps x chains)
+    Metric("ns_per_line", "ns", "lower"),        # write penalty: time per 64-byte line, all threads
 ]}
 
 

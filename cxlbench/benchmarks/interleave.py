@@ -1,0 +1,192 @@
+"""Memory interleaved across a DDR node and a CXL node at weights from 100:0 to
+0:100: bandwidth, and loaded latency, of the combination — the configuration
+that adds CXL bandwidth to DDR's.
+
+For every CXL tier, the DDR tier it is paired with is the local DDR of the CPU
+node nearest to it (the initiator); with initiators = "all", every CPU node
+pairs its own DDR with it. The buffer's pages are spread by
+cxlbench.memory.interleave (MPOL_WEIGHTED_INTERLEAVE where the kernel has it,
+else mbind page ranges) and the shares found are checked against the weights
+before anything is timed; 100:0 and 0:100 are plain bound buffers. The case's
+target is "<ddr>+<cxl>" (kind "interleave"); `ddr_weight` is the DDR share in
+percent. probe = bandwidth (STREAM kernels, every CPU of the initiator) or
+loaded_latency (the loaded-latency family's curve on interleaved buffers).
+
+On a machine without a CXL tier (one node, or sockets only) the cases are
+recorded as skipped with that reason; `with` = ["ddr"] pairs remote DDR nodes
+instead (a socket as a CXL stand-in).
+"""
+from __future__ import annotations
+
+from cxlbench.benchmarks import loaded_latency
+from cxlbench.benchmarks.bandwidth import KERNELS, thread_counts
+from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, sweep
+from cxlbench.benchmarks.sizes import stream_array_bytes
+from cxlbench.results.schema import Case, Sample
+from cxlbench.topology.model import Initiator, Tier
+from cxlbench.units import parse_size
+
+NAME = "interleave"
+DEFAULT_WEIGHTS = [100, 75, 50, 25, 0]          # DDR share, percent
+
+
+def pairs(spec: dict, env: Env) -> list[tuple[Initiator, Tier, Tier]]:
+    """(initiator, ddr, far) for every far tier of the kinds in spec["with"]
+    (default cxl): with initiators = "local" (default) the CPU node nearest the far
+    tier and that node's DDR; with "all", every other CPU node with its own DDR."""
+    kinds = set(as_list(spec.get("with", ["cxl"])))
+    every = spec.get("initiators", "local") == "all"
+    cpus = [i for i in env.initiators.values() if i.kind == "cpu"]
+    out = []
+    for far in sorted(env.tiers.values(), key=lambda t: t.name):
+        if not far.is_host_memory or not (far.kind in kinds or far.name in kinds):
+            continue
+        node = env.machine.nodes.get(far.node)
+        near = sorted(cpus, key=lambda i: (node.distances.get(i.node, 1 << 30) if node else 0,
+                                           i.name))
+        for i in near:
+            if i.node == far.node:
+                continue                       # a DDR tier is not interleaved with itself
+            ddr = next((t for t in env.tiers.values() if t.kind == "ddr" and t.node == i.node), None)
+            if ddr is not None:
+                out.append((i, ddr, far))
+                if not every:
+                    break
+    return out
+
+
+def plan(spec: dict, env: Env) -> list[Planned]:
+    weights = [int(w) for w in as_list(spec.get("ddr_weight", DEFAULT_WEIGHTS))]
+    array = spec.get("array_bytes", "auto")
+    array_bytes = stream_array_bytes(env.machine) if array == "auto" else parse_size(array)
+    found = pairs(spec, env)
+    if not found:
+        return _no_pair(spec, env)
+    planned = []
+    for initiator, ddr, far in found:
+        target = f"{ddr.name}+{far.name}"
+        for probe in as_list(spec.get("probe", ["bandwidth", "loaded_latency"])):
+            if probe == "bandwidth":
+                threads = thread_counts(spec.get("threads", "auto"), len(initiator.cpus))
+                points = sweep(spec, kernel=spec.get("kernel", ["read"]), threads=threads[-1:],
+                               ddr_weight=weights)
+                extra = {"array_bytes": array_bytes, "iterations": spec.get("iterations", 10)}
+            else:
+                counts = loaded_latency.load_thread_counts(spec.get("load_threads", "auto"),
+                                                           len(initiator.cpus))
+                points = sweep(spec, mix=spec.get("mix", ["read"]), load_threads=counts,
+                               ddr_weight=weights)
+                extra = {"working_set_bytes": array_bytes, "load_bytes": array_bytes,
+                         "delays": loaded_latency.delays_param(spec.get("delays", "mlc")),
+                         "nt": False, "line_bytes": loaded_latency.LINE}
+            for p in points:
+                params = {"probe": probe, **p, **extra, "ddr": ddr.name, "far": far.name,
+                          "page": spec.get("page", "4k"), "method": spec.get("method", "auto")}
+                case = Case(NAME, initiator.name, target, "interleave", params,
+                            spec["repetitions"], spec["warmup"])
+                planned.append(Planned(case, cannot(params, initiator, ddr, far, env),
+                                       estimate(params, spec, env)))
+    return planned
+
+
+def _no_pair(spec: dict, env: Env) -> list[Planned]:
+    kinds = ", ".join(as_list(spec.get("with", ["cxl"])))
+    nodes = sorted(n for n, node in env.machine.nodes.items() if node.has_memory)
+    why = (f"no {kinds} tier to interleave with DDR on this machine (memory nodes: "
+           f"{', '.join(map(str, nodes))}); it needs a second node: declare one with "
+           f"cxl=node:N, or set with = [\"ddr\"] to use a remote socket")
+    out = []
+    for t in sorted(env.tiers.values(), key=lambda t: t.name):
+        if t.kind == "ddr":
+            i = next((i for i in env.initiators.values() if i.kind == "cpu" and i.node == t.node), None)
+            if i is not None:
+                case = Case(NAME, i.name, t.name, "interleave", {"probe": "all"},
+                            spec["repetitions"], spec["warmup"])
+                out.append(Planned(case, why, 0.0))
+    return out
+
+
+def cannot(params: dict, initiator, ddr, far, env: Env) -> str | None:
+    w = params["ddr_weight"]
+    if not 0 <= w <= 100:
+        return f"ddr_weight {w}: a percentage, 0..100"
+    if params["page"] not in ("4k", "thp"):
+        return f"page policy {params['page']!r}: interleaved buffers take 4k or thp"
+    if params["probe"] == "bandwidth":
+        if params["kernel"] not in KERNELS:
+            return f"unknown kernel {params['kernel']!r}"
+        need = KERNELS[params["kernel"]][0] * params["array_bytes"]
+    elif params["probe"] == "loaded_latency":
+        if len(initiator.cpus) < 2 or params["load_threads"] > len(initiator.cpus) - 1:
+            return (f"{initiator.name} has {len(initiator.cpus)} CPUs: loaded latency needs one "
+                    f"to chase and {params['load_threads']} to load")
+        need = params["working_set_bytes"] + params["load_threads"] * params["load_bytes"]
+    else:
+        return f"unknown probe {params['probe']!r} (use bandwidth or loaded_latency)"
+    for tier, share in ((ddr, w / 100), (far, 1 - w / 100)):
+        node = env.machine.nodes.get(tier.node)
+        if node is not None and need * share > node.mem_free_bytes * 0.8:
+            return f"needs {int(need * share) >> 20} MiB on {tier.name}, more than 80% of its free memory"
+    return None
+
+
+def estimate(params: dict, spec: dict, env: Env) -> float:
+    if params["probe"] == "bandwidth":
+        arrays, moved = KERNELS[params["kernel"]]
+        b = params["array_bytes"]
+        return 0.3 + spec["repetitions"] * (arrays * b / 1e9 + (params["iterations"] + spec["warmup"])
+                                            * moved * b / (5e9 * params["threads"]))
+    return loaded_latency.estimate(params, spec, env)
+
+
+def measure(case: Case, env: Env, info: dict) -> list[Sample]:
+    from cxlbench import _native
+    from cxlbench.memory import PlacementError
+    from cxlbench.memory.interleave import allocate_interleaved
+    p = case.params
+    ddr, far = env.tier(p["ddr"]), env.tier(p["far"])
+    weights = {ddr.node: p["ddr_weight"], far.node: 100 - p["ddr_weight"]}
+    cpus = env.initiator(case.initiator).cpus
+
+    def place(n: int):
+        try:
+            return allocate_interleaved(n, weights, page=p["page"], method=p["method"])
+        except PlacementError as e:
+            raise Skip(str(e)) from None
+
+    samples: list[Sample] = []
+    for rep in range(case.repetitions):
+        if p["probe"] == "bandwidth":
+            arrays, moved = KERNELS[p["kernel"]]
+            bufs = [place(p["array_bytes"]) for _ in range(arrays)]
+            try:
+                a, b, c = (bufs + [bufs[0]] * 3)[:3]
+                threads = cpus[:p["threads"]]
+                if case.warmup:
+                    _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"], threads,
+                                   False, case.warmup)
+                times = _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"],
+                                       threads, False, p["iterations"])
+                found = {"page_bytes": bufs[0].page_bytes_found, "huge_coverage": bufs[0].huge_coverage}
+                _record(info, bufs[0])
+            finally:
+                for x in bufs:
+                    x.close()
+            samples += [Sample("bandwidth_GBps", moved * p["array_bytes"] / t / 1e9, rep,
+                               {**found, "iteration": i}) for i, t in enumerate(times)]
+        else:
+            chase = place(p["working_set_bytes"])
+            load = place(p["load_bytes"] * p["load_threads"])
+            with chase, load:
+                found = {"page_bytes": chase.page_bytes_found, "huge_coverage": chase.huge_coverage}
+                _record(info, chase)
+                samples += loaded_latency.curve(chase, load, cpus, p, rep, found, env, info)
+    return samples
+
+
+def _record(info: dict, buf) -> None:
+    """What the interleave found (method, step, shares per node): the last repetition's."""
+    info["interleave"] = buf.found()
+    for note in buf.notes:
+        if note not in info.get("warnings", []):
+            info.setdefault("warnings", []).append(note)

@@ -1,0 +1,206 @@
+"""Loaded latency (Intel MLC's signature figure): chase latency on a tier while
+load threads on the same initiator stream to that tier, from idle to saturation.
+
+One CPU of the initiator chases a random cycle over `working_set_bytes`; the
+`load_threads` next CPUs each loop over their own `load_bytes` doing the
+`mix` (read, or R:W like 3:1 / 2:1 / 1:1 — of every R+W lines, R read and W
+written with full-line stores, `nt` non-temporal), waiting `delay` units after
+every line. The delays are MLC's list (0 … 20000); a unit is one iteration of
+an empty loop, about a core cycle (each case's info has the ns it took here).
+Both figures of a point come from the same ~1 ms sub-windows, kept only when
+every thread had its CPU (see cxlbench/_native/loaded.c): `latency_ns` (ns per
+dependent load) and `bandwidth_GBps` (what the load threads moved, counted as
+STREAM counts: no write-allocate). The idle point is `load_threads` 0 (no load
+thread, same code path), at bandwidth 0.
+
+Each repetition is an independent trial: fresh buffers, a fresh random cycle,
+every delay in turn. `delay` and `load_threads` are sample-level axes.
+"""
+from __future__ import annotations
+
+from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, host_pairs, sweep
+from cxlbench.benchmarks.sizes import PAGE_BYTES, stream_array_bytes
+from cxlbench.results.schema import Case, Sample
+from cxlbench.units import parse_size
+
+NAME = "loaded_latency"
+LINE = 64
+MLC_DELAYS = (0, 2, 8, 15, 50, 100, 200, 300, 400, 500, 700, 1000, 1300, 1700, 2500, 3500,
+              5000, 9000, 20000)
+WARMUP_NS = 50_000_000
+MIN_KEPT = 0.25          # a point needs a quarter of its duration in kept sub-windows
+LIMIT = 6                # ... within 6 durations (a busy machine keeps few sub-windows)
+
+
+def parse_mix(mix: str) -> tuple[int, int]:
+    """"read" -> (1, 0), "write" -> (0, 1), "R:W" -> (R, W)."""
+    named = {"read": (1, 0), "write": (0, 1)}
+    if mix in named:
+        return named[mix]
+    try:
+        r, w = (int(x) for x in str(mix).split(":"))
+    except ValueError:
+        raise ValueError(f"mix {mix!r}: use read, write or R:W (3:1, 2:1, 1:1)") from None
+    if r < 0 or w < 0 or r + w == 0:
+        raise ValueError(f"mix {mix!r}: R and W are non-negative, not both zero")
+    return r, w
+
+
+def parse_delays(value) -> list[int]:
+    """"mlc" (MLC's 19 delays) or a list / comma-separated string of non-negative ints."""
+    if value in (None, "mlc"):
+        return list(MLC_DELAYS)
+    items = value.split(",") if isinstance(value, str) else as_list(value)
+    delays = [int(x) for x in items]
+    if any(d < 0 for d in delays):
+        raise ValueError(f"delays must be non-negative: {value!r}")
+    return delays
+
+
+def delays_param(value) -> str:
+    """How a case records its delays: "mlc", or "0,100,1000" (a plain string column)."""
+    if value in (None, "mlc"):
+        return "mlc"
+    return ",".join(str(d) for d in parse_delays(value))
+
+
+def load_thread_counts(value, ncpus: int) -> list[int]:
+    """"auto": every CPU of the initiator but the chase's (MLC's default); else the
+    listed counts."""
+    if value in (None, "auto"):
+        return [max(ncpus - 1, 1)]
+    return [int(n) for n in as_list(value)]
+
+
+def plan(spec: dict, env: Env) -> list[Planned]:
+    ws = spec.get("working_set", "auto")
+    chase_bytes = stream_array_bytes(env.machine) if ws == "auto" else parse_size(ws)
+    lb = spec.get("load_bytes", "auto")
+    load_bytes = stream_array_bytes(env.machine) if lb == "auto" else parse_size(lb)
+    delays = delays_param(spec.get("delays", "mlc"))
+    planned = []
+    for initiator, tier in host_pairs(spec, env):
+        counts = load_thread_counts(spec.get("load_threads", "auto"), len(initiator.cpus))
+        for p in sweep(spec, page=spec.get("page", ["4k"]), mix=spec.get("mix", ["read", "2:1"]),
+                       nt=spec.get("nt", [False]), load_threads=counts):
+            if p["nt"] and p["mix"] == "read":
+                continue                      # nothing to store non-temporally
+            params = {**p, "working_set_bytes": chase_bytes, "load_bytes": load_bytes,
+                      "delays": delays, "line_bytes": LINE}
+            case = Case(NAME, initiator.name, tier.name, tier.kind, params,
+                        spec["repetitions"], spec["warmup"])
+            planned.append(Planned(case, cannot(params, initiator, tier, env),
+                                   estimate(params, spec, env)))
+    return planned
+
+
+def cannot(params: dict, initiator, tier, env: Env) -> str | None:
+    """Why a loaded-latency case cannot run here (None when it can)."""
+    try:
+        parse_mix(params["mix"])
+        parse_delays(params["delays"])
+    except ValueError as e:
+        return str(e)
+    ncpus = len(initiator.cpus)
+    if ncpus < 2:
+        return (f"{initiator.name} has {ncpus} CPU: loaded latency needs one to chase and at "
+                f"least one to load")
+    if params["load_threads"] > ncpus - 1:
+        return (f"{params['load_threads']} load threads need {params['load_threads'] + 1} CPUs "
+                f"on {initiator.name}, which has {ncpus}")
+    page = params["page"]
+    if page not in PAGE_BYTES:
+        return f"unknown page policy {page!r} (use {', '.join(PAGE_BYTES)})"
+    node = env.machine.nodes.get(tier.node)
+    need = params["working_set_bytes"] + params["load_threads"] * params["load_bytes"]
+    if node is not None and need > node.mem_free_bytes * 0.8:
+        return f"needs {need >> 20} MiB, more than 80% of node {tier.node}'s free memory"
+    if page.startswith("hugetlb"):
+        pool = node.hugepages.get(PAGE_BYTES[page]) if node else None
+        pages = -(-params["working_set_bytes"] // PAGE_BYTES[page]) + \
+            params["load_threads"] * -(-params["load_bytes"] // PAGE_BYTES[page])
+        if pool is None or pool.free < pages:
+            return (f"needs {pages} free {page} pages on node {tier.node}, "
+                    f"{pool.free if pool else 0} reserved (reserve them in "
+                    f"/sys/devices/system/node/node{tier.node}/hugepages)")
+    return None
+
+
+def estimate(params: dict, spec: dict, env: Env) -> float:
+    """Seconds: per repetition, every point (idle + delays) for about min_sample_s
+    plus the warm-up (up to LIMIT times that on a busy machine); building the chain
+    and faulting the buffers in (~0.2 µs per line, ~1 GB/s)."""
+    points = 1 + len(parse_delays(params["delays"]))
+    point_s = spec.get("min_sample_s", env.suite.get("min_sample_s", 0.2)) + WARMUP_NS / 1e9
+    setup = params["working_set_bytes"] / LINE * 2e-7 + \
+        (params["working_set_bytes"] + params["load_threads"] * params["load_bytes"]) / 1e9
+    return 0.5 + spec["repetitions"] * (1.5 * points * point_s + setup)
+
+
+# ---- measuring ----------------------------------------------------------------------
+
+def measure(case: Case, env: Env, info: dict) -> list[Sample]:
+    from cxlbench.memory import PlacementError, allocate
+    p = case.params
+    tier = env.tier(case.target)
+    cpus = env.initiator(case.initiator).cpus
+    samples: list[Sample] = []
+    for rep in range(case.repetitions):
+        try:
+            chase = allocate(p["working_set_bytes"], tier.node, page=p["page"])
+            load = allocate(p["load_bytes"] * p["load_threads"], tier.node, page=p["page"])
+        except PlacementError as e:
+            raise Skip(str(e)) from None
+        with chase, load:
+            found = {"page_bytes": min(chase.page_bytes_found, load.page_bytes_found),
+                     "huge_coverage": min(chase.huge_coverage, load.huge_coverage)}
+            samples += curve(chase, load, cpus, p, rep, found, env, info)
+    return samples
+
+
+def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env,
+          info: dict, extra: dict | None = None) -> list[Sample]:
+    """One repetition's points — idle, then every delay — on buffers already placed
+    (any object with addr and length: a HostBuffer, an interleaved buffer)."""
+    from cxlbench import _native
+    reads, writes = parse_mix(p["mix"])
+    chase_cpu, load_cpus = cpus[0], list(cpus[1:1 + p["load_threads"]])
+    duration_ns = int(env.suite.get("min_sample_s", 0.2) * 1e9)
+    heads = _native.chase_init(chase.addr, chase.length, LINE, 0, 1, rep + 1)
+    op = {"reads": reads, "writes": writes, "nt": bool(p.get("nt", False))}
+    if rep == 0:
+        info["chase_cpu"], info["load_cpus"] = chase_cpu, load_cpus
+        info["delay_ns_per_unit"] = round(_delay_ns(chase_cpu), 4)
+        info["kept_fraction"] = {}
+    out: list[Sample] = []
+    points = [(0, [])] + [(d, load_cpus) for d in parse_delays(p["delays"])]
+    for delay, threads in points:
+        r = _native.loaded_latency(heads, chase_cpu, load.addr, load.length, threads,
+                                   delay=delay, warmup_ns=WARMUP_NS, duration_ns=duration_ns,
+                                   limit_ns=LIMIT * duration_ns, **op)
+        kept = r["chase_ns"] / duration_ns
+        label = "idle" if not threads else str(delay)
+        info["kept_fraction"][label] = round(min(kept, info["kept_fraction"].get(label, 9.9)), 3)
+        if kept < MIN_KEPT or r["chase_steps"] == 0:
+            info.setdefault("warnings", []).append(
+                f"repetition {rep}, delay {label}: only {r['windows_kept']} of {r['windows']} "
+                f"sub-windows had every thread on its CPU (the machine is busy); point dropped")
+            continue
+        where = {**found, **(extra or {}), "delay": delay, "load_threads": len(threads)}
+        out.append(Sample("latency_ns", r["chase_ns"] / r["chase_steps"], rep, where))
+        bw = r["load_bytes"] / r["load_ns"] if threads and r["load_ns"] else 0.0
+        out.append(Sample("bandwidth_GBps", bw, rep, where))
+    return out
+
+
+def _delay_ns(cpu: int) -> float:
+    """ns per delay unit on the chase CPU (the load CPUs are the same kind)."""
+    import os
+
+    from cxlbench import _native
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, [cpu])
+        return _native.delay_ns_per_unit()
+    finally:
+        os.sched_setaffinity(0, before)

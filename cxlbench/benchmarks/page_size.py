@@ -1,0 +1,95 @@
+"""Page size and TLB: chase latency with 4 KiB pages, THP, and 2 MiB / 1 GiB
+hugetlb pages, from inside the L1 TLB's reach to several GiB; bandwidth with
+each page size too.
+
+Two chase patterns per page size: `random` over the whole working set (every
+load may need a new translation) and `window` (multichase's: random within
+windows of 64 pages, windows in random order — the same cache misses, few TLB
+misses). Their difference, and the knees of the random curve, are where the
+TLB's reach ends and what a miss adds: cxlbench.analysis.derive.tlb_knees.
+
+Cases are latency-family cases (probe = latency) and bandwidth-family cases
+(probe = bandwidth, the read kernel), measured by those families' code; every
+sample records the page size obtained and the huge-page coverage found (THP can
+silently give 4 KiB pages; allocate refuses below 90%). hugetlb cases are
+skipped with the reason when the node has no pages of that size reserved.
+"""
+from __future__ import annotations
+
+from cxlbench.benchmarks import bandwidth, latency
+from cxlbench.benchmarks.base import Env, Planned, as_list, host_pairs, sweep
+from cxlbench.benchmarks.sizes import PAGE_BYTES, latency_sweep, stream_array_bytes
+from cxlbench.benchmarks.write_penalty import thread_list
+from cxlbench.results.schema import Case, Sample
+from cxlbench.units import parse_size
+
+NAME = "page_size"
+PAGES = ["4k", "thp", "hugetlb-2m", "hugetlb-1g"]
+MAX_DEFAULT = 8 << 30          # "several GiB", when free memory allows
+
+
+def max_working_set(value, env: Env, tiers) -> int:
+    """"auto": the largest power of two under half the smallest free memory of the
+    tiers (and 8 GiB); else the size given."""
+    if value not in (None, "auto"):
+        return parse_size(value)
+    free = [env.machine.nodes[t.node].mem_free_bytes for t in tiers if t.node in env.machine.nodes]
+    limit = min([MAX_DEFAULT] + [f // 2 for f in free])
+    size = 1 << 20
+    while size * 2 <= limit:
+        size *= 2
+    return size
+
+
+def plan(spec: dict, env: Env) -> list[Planned]:
+    pairs = host_pairs(spec, env)
+    lo = parse_size(spec.get("min_working_set", "16KiB"))
+    hi = max_working_set(spec.get("max_working_set", "auto"), env, [t for _, t in pairs])
+    sizes = [parse_size(s) for s in as_list(spec["working_set"])] if "working_set" in spec \
+        else latency_sweep(env.machine, lo, hi)
+    pages = as_list(spec.get("page", PAGES))
+    probes = as_list(spec.get("probe", ["latency", "bandwidth"]))
+    array = spec.get("array_bytes", "auto")
+    array_bytes = stream_array_bytes(env.machine) if array == "auto" else parse_size(array)
+    planned = []
+    for initiator, tier in host_pairs(spec, env):
+        if "latency" in probes:
+            for p in sweep(spec, page=pages, pattern=spec.get("pattern", ["random", "window"]),
+                           working_set_bytes=sizes):
+                params = {"probe": "latency", **p, "chains": 1, "line_bytes": latency.LINE}
+                if p["pattern"] == "window":
+                    params["window_bytes"] = latency.WINDOW_PAGES * PAGE_BYTES.get(p["page"], 4096)
+                    if p["working_set_bytes"] <= params["window_bytes"]:
+                        continue              # one window: the same chase as random
+                case = Case(NAME, initiator.name, tier.name, tier.kind, params,
+                            spec["repetitions"], spec["warmup"])
+                planned.append(Planned(case, _cannot_latency(params, tier, env),
+                                       latency._estimate(params, spec)))
+        if "bandwidth" in probes:
+            threads = thread_list(spec.get("threads", [1]), len(initiator.cpus))
+            for p in sweep(spec, page=pages, threads=threads):
+                params = {"probe": "bandwidth", **p, "kernel": "read", "nt": False,
+                          "array_bytes": array_bytes, "iterations": spec.get("iterations", 10)}
+                case = Case(NAME, initiator.name, tier.name, tier.kind, params,
+                            spec["repetitions"], spec["warmup"])
+                planned.append(Planned(case, _cannot_bandwidth(params, tier, env),
+                                       bandwidth._estimate(params, spec)))
+    return planned
+
+
+def _cannot_latency(params: dict, tier, env: Env) -> str | None:
+    return latency._cannot(params, tier, env)
+
+
+def _cannot_bandwidth(params: dict, tier, env: Env) -> str | None:
+    page = params["page"]
+    if page.startswith("hugetlb"):
+        # the pool check is the latency family's, for the array's bytes
+        return latency._cannot({"page": page, "working_set_bytes": params["array_bytes"]}, tier, env)
+    return bandwidth._cannot(params, tier, env)
+
+
+def measure(case: Case, env: Env, info: dict) -> list[Sample]:
+    if case.params["probe"] == "latency":
+        return latency.measure(case, env, info)
+    return bandwidth.measure(case, env, info)

@@ -1,0 +1,149 @@
+"""Write penalty: read vs write vs read-modify-write, R:W mixes, regular vs
+non-temporal stores, and partial-line writes against full-line writes, per tier.
+
+Every op is a pass over 64-byte lines of one buffer (cxlbench/_native/lines.c):
+
+  read       every line read                     64 B counted per line
+  3:1 2:1 1:1  of every R+W lines, R read, W written with full-line stores
+  write      every line written (full line)     64 B
+  rmw        every line loaded, changed, stored  128 B (64 read + 64 written)
+  partial    the first `write_bytes` (default 8) bytes of every line stored:
+             a cached partial store still moves whole lines (the cache fills the
+             line first); a non-temporal one leaves the write-combining buffer
+             partly written, which makes the memory controller read, merge and
+             re-write the line where the ECC word is larger than the write.
+
+store = regular | nt (non-temporal). Two metrics per iteration: bandwidth_GBps,
+counting the bytes the instructions read and write as STREAM does (so a
+partial write of 8 B per line counts 8 B; a regular store's write-allocate read
+is not counted), and ns_per_line, the time per 64-byte line touched (all
+threads together) — the ratio of two ops' ns_per_line is the slowdown. The
+ratios, and the ECC state beside them, are derived by
+cxlbench.analysis.derive.penalty_ratios: a ratio is what was measured, never
+an "ECC penalty" by itself.
+
+Each repetition allocates a fresh buffer on the tier; every timed iteration is
+kept (column `iteration`).
+"""
+from __future__ import annotations
+
+from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, host_pairs, sweep
+from cxlbench.benchmarks.bandwidth import thread_counts
+from cxlbench.benchmarks.sizes import stream_array_bytes
+from cxlbench.results.schema import Case, Sample
+from cxlbench.units import parse_size
+
+NAME = "write_penalty"
+LINE = 64
+OPS = {
+    "read": {"reads": 1, "writes": 0},
+    "3:1": {"reads": 3, "writes": 1},
+    "2:1": {"reads": 2, "writes": 1},
+    "1:1": {"reads": 1, "writes": 1},
+    "write": {"reads": 0, "writes": 1},
+    "rmw": {"reads": 0, "writes": 1, "rmw": True},
+    "partial": {"reads": 0, "writes": 1},
+}
+STORES = ("regular", "nt")
+
+
+def plan(spec: dict, env: Env) -> list[Planned]:
+    array = spec.get("array_bytes", "auto")
+    array_bytes = stream_array_bytes(env.machine) if array == "auto" else parse_size(array)
+    partial = [int(b) for b in as_list(spec.get("partial_bytes", [8]))]
+    planned = []
+    for initiator, tier in host_pairs(spec, env):
+        threads = thread_list(spec.get("threads", [1]), len(initiator.cpus))
+        for p in sweep(spec, op=spec.get("op", list(OPS)), store=spec.get("store", list(STORES)),
+                       threads=threads):
+            if p["op"] == "read" and p["store"] == "nt":
+                continue                       # no stores to make non-temporal
+            for wb in (partial if p["op"] == "partial" else [LINE]):
+                params = {**p, "write_bytes": wb, "array_bytes": array_bytes,
+                          "iterations": spec.get("iterations", 10), "page": spec.get("page", "4k")}
+                case = Case(NAME, initiator.name, tier.name, tier.kind, params,
+                            spec["repetitions"], spec["warmup"])
+                planned.append(Planned(case, cannot(params, tier, env), estimate(params, spec)))
+    return planned
+
+
+def thread_list(value, ncpus: int) -> list[int]:
+    """Thread counts: "auto" as the bandwidth family (1, 2, 4, ... all), or a list of
+    counts where "all" means every CPU of the initiator; counts above it are dropped."""
+    if value in (None, "auto"):
+        return thread_counts(value, ncpus)
+    counts = [ncpus if v == "all" else int(v) for v in as_list(value)]
+    return sorted({n for n in counts if 1 <= n <= ncpus})
+
+
+def line_op(params: dict) -> dict:
+    """The keyword arguments of _native.lines for a case's op."""
+    op = dict(OPS[params["op"]])
+    op["write_bytes"] = params["write_bytes"]
+    op["nt"] = params["store"] == "nt"
+    return op
+
+
+def bytes_per_line(params: dict) -> float:
+    op = line_op(params)
+    per_write = 2 * LINE if op.get("rmw") else op["write_bytes"]
+    return (op["reads"] * LINE + op["writes"] * per_write) / (op["reads"] + op["writes"])
+
+
+def cannot(params: dict, tier, env: Env) -> str | None:
+    if params["op"] not in OPS:
+        return f"unknown op {params['op']!r} (use {', '.join(OPS)})"
+    if params["store"] not in STORES:
+        return f"unknown store {params['store']!r} (use regular or nt)"
+    wb = params["write_bytes"]
+    if wb % 4 or not 4 <= wb <= LINE:
+        return f"write_bytes {wb}: a multiple of 4 from 4 to 64"
+    if params["page"] not in ("4k", "thp"):
+        return f"page policy {params['page']!r} is not offered here (use 4k or thp)"
+    node = env.machine.nodes.get(tier.node)
+    if node is not None and params["array_bytes"] > node.mem_free_bytes * 0.8:
+        return f"needs {params['array_bytes'] >> 20} MiB, more than 80% of node {tier.node}'s free memory"
+    return None
+
+
+def estimate(params: dict, spec: dict) -> float:
+    """Seconds, assuming ~2 GB/s of lines per thread in the worst case (partial NT) and
+    ~1 GB/s to fault memory in."""
+    lines_s = params["array_bytes"] / 2e9 / params["threads"]
+    return 0.3 + spec["repetitions"] * (params["array_bytes"] / 1e9 +
+                                        (params["iterations"] + spec["warmup"]) * lines_s)
+
+
+def measure(case: Case, env: Env, info: dict) -> list[Sample]:
+    from cxlbench import _native
+    from cxlbench.memory import PlacementError, allocate
+    from cxlbench.topology import ecc
+    p = case.params
+    tier = env.tier(case.target)
+    cpus = env.initiator(case.initiator).cpus[:p["threads"]]
+    op = line_op(p)
+    per_line = bytes_per_line(p)
+    before = ecc.snapshot(env.root)
+    samples = []
+    for rep in range(case.repetitions):
+        try:
+            buf = allocate(p["array_bytes"], tier.node, page=p["page"])
+        except PlacementError as e:
+            raise Skip(str(e)) from None
+        with buf:
+            lines = buf.length // LINE
+            if case.warmup:
+                _native.lines(buf.addr, buf.length, cpus, iterations=case.warmup, value=rep + 1, **op)
+            times = _native.lines(buf.addr, buf.length, cpus, iterations=p["iterations"],
+                                  value=rep + 1, **op)
+            found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage}
+        for i, t in enumerate(times):
+            where = {**found, "iteration": i}
+            samples.append(Sample("bandwidth_GBps", lines * per_line / t / 1e9, rep, where))
+            samples.append(Sample("ns_per_line", t * 1e9 / lines, rep, where))
+    info["cpus"] = cpus
+    info["ecc"] = ecc.describe(ecc.snapshot(env.root), tier, env.machine)
+    moved = ecc.changes(before, ecc.snapshot(env.root))
+    if moved:
+        info.setdefault("warnings", []).extend(f"during this case: {m}" for m in moved)
+    return samples
