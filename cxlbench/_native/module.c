@@ -489,6 +489,153 @@ static PyObject *py_stream_check(PyObject *self, PyObject *args, PyObject *kw)
     return PyFloat_FromDouble(sum);
 }
 
+/* --- storage (issue 3) --- */
+
+static int engine_of(const char *name)
+{
+    if (strcmp(name, "psync") == 0)
+        return CB_IO_PSYNC;
+    if (strcmp(name, "libaio") == 0)
+        return CB_IO_LIBAIO;
+    return -1;
+}
+
+static PyObject *py_io_run(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"fd", "write", "engine", "buf", "block", "qd", "offsets",
+                             "max_ios", "lat", "max_ns", "stamp", "verify", "seed", "batch",
+                             NULL};
+    int fd, write, stamp = 0, verify = 0;
+    const char *engine_name;
+    uintptr_t buf;
+    size_t block, qd, batch = 1;
+    Py_buffer offs = {0}, lat = {0};
+    PyObject *lat_obj = Py_None;
+    unsigned long long max_ios, max_ns = 0, seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ipsO&O&O&y*K|OKppKO&:io_run", kwlist,
+                                     &fd, &write, &engine_name, conv_addr, &buf, conv_size,
+                                     &block, conv_size, &qd, &offs, &max_ios, &lat_obj, &max_ns,
+                                     &stamp, &verify, &seed, conv_size, &batch))
+        return NULL;
+    PyObject *ret = NULL;
+    int engine = engine_of(engine_name);
+    size_t noffs = (size_t)offs.len / sizeof(uint64_t);
+    if (engine < 0) {
+        PyErr_Format(PyExc_ValueError, "engine must be 'psync' or 'libaio', not '%s'",
+                     engine_name);
+        goto done;
+    }
+    if (engine == CB_IO_PSYNC && qd != 1) {
+        PyErr_Format(PyExc_ValueError, "the psync engine has one I/O in flight (qd 1), not %zu; "
+                     "use libaio for a deeper queue", qd);
+        goto done;
+    }
+    if (offs.len % sizeof(uint64_t) || noffs == 0 || block == 0 || qd == 0 || qd > 65536) {
+        PyErr_Format(PyExc_ValueError, "io_run: offsets must hold uint64 byte offsets (at least "
+                     "one), block > 0 and qd 1..65536");
+        goto done;
+    }
+    if ((stamp || verify) && block % CB_IO_UNIT) {
+        PyErr_Format(PyExc_ValueError, "stamp/verify work on whole %d-byte units; block %zu "
+                     "is not a multiple", CB_IO_UNIT, block);
+        goto done;
+    }
+    if (lat_obj != Py_None) {
+        if (PyObject_GetBuffer(lat_obj, &lat, PyBUF_WRITABLE) < 0)
+            goto done;
+        if ((size_t)lat.len < max_ios * sizeof(uint64_t)) {
+            PyErr_Format(PyExc_ValueError, "lat holds %zd bytes, max_ios %llu needs %llu",
+                         lat.len, max_ios, max_ios * 8ull);
+            goto done;
+        }
+    }
+    struct cb_io_result r;
+    int err;
+    unsigned flags = (stamp ? CB_IO_STAMP : 0) | (verify ? CB_IO_VERIFY : 0);
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_io_run(fd, write, engine, buf, block, qd, batch, (const uint64_t *)offs.buf,
+                    noffs, max_ios, max_ns, flags, seed, lat.buf ? (uint64_t *)lat.buf : NULL,
+                    &r);
+    Py_END_ALLOW_THREADS
+    if (err == EINVAL)
+        PyErr_Format(PyExc_OSError, "%s %s of %zu bytes at qd %zu: %s (O_DIRECT needs the "
+                     "buffer, block size and offsets aligned to the device's logical block)",
+                     engine_name, write ? "write" : "read", block, qd, strerror(err));
+    else if (err)
+        raise_os(err, "%s %s of %zu bytes at qd %zu: %s", engine_name,
+                 write ? "write" : "read", block, qd, strerror(err));
+    else
+        ret = Py_BuildValue("(KKK)", (unsigned long long)r.done,
+                            (unsigned long long)r.elapsed_ns, (unsigned long long)r.mismatches);
+done:
+    PyBuffer_Release(&offs);
+    if (lat.obj)
+        PyBuffer_Release(&lat);
+    return ret;
+}
+
+static PyObject *py_io_stamp(PyObject *self, PyObject *args)
+{
+    uintptr_t addr;
+    size_t length;
+    unsigned long long off, seed;
+    if (!PyArg_ParseTuple(args, "O&O&KK:io_stamp", conv_addr, &addr, conv_size, &length, &off,
+                          &seed))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    cb_io_stamp(addr, length, off, seed);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_io_check(PyObject *self, PyObject *args)
+{
+    uintptr_t addr;
+    size_t length, bad;
+    unsigned long long off, seed;
+    if (!PyArg_ParseTuple(args, "O&O&KK:io_check", conv_addr, &addr, conv_size, &length, &off,
+                          &seed))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    bad = cb_io_check(addr, length, off, seed);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromSize_t(bad);
+}
+
+static PyObject *py_map_file(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"fd", "length", "writable", NULL};
+    int fd, writable = 1, err;
+    size_t length;
+    uintptr_t addr = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO&|p:map_file", kwlist, &fd, conv_size,
+                                     &length, &writable))
+        return NULL;
+    err = cb_map_file(fd, length, writable, &addr);
+    if (err)
+        return OS_FAIL(err, "mmap of %zu bytes of fd %d: %s", length, fd, strerror(err));
+    return PyLong_FromUnsignedLongLong(addr);
+}
+
+ADDR_LEN_CALL(py_msync, cb_msync, "msync")
+
+static PyObject *py_mincore(PyObject *self, PyObject *args)
+{
+    uintptr_t addr;
+    size_t length, resident = 0;
+    int err;
+    if (!PyArg_ParseTuple(args, "O&O&:mincore", conv_addr, &addr, conv_size, &length))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_mincore(addr, length, &resident);
+    Py_END_ALLOW_THREADS
+    if (err)
+        return OS_FAIL(err, "mincore on %zu bytes: %s", length, strerror(err));
+    return PyLong_FromSize_t(resident);
+}
+
+/* --- end storage (issue 3) --- */
+
 /* --- host suites (issue 3) --- */
 
 /* The line op's keyword arguments, shared by lines(), lines_check() and
@@ -785,6 +932,26 @@ static PyMethodDef methods[] = {
      "stream_check(kernel, a, b, c, array_bytes, cpus, nt=False, scalar=3.0) -> float\n"
      "One iteration through the same threaded path; returns the read kernel's sum\n"
      "(0.0 for the others), so tests can check what the kernels computed."},
+    /* --- storage (issue 3) --- */
+    {"io_run", KW py_io_run, METH_VARARGS | METH_KEYWORDS,
+     "io_run(fd, write, engine, buf, block, qd, offsets, max_ios, lat=None, max_ns=0,\n"
+     "       stamp=False, verify=False, seed=0, batch=1) -> (done, elapsed_ns, mismatches)\n"
+     "Up to max_ios I/Os of `block` bytes (I/O i at offsets[i % len], offsets a uint64\n"
+     "buffer), stopping once max_ns have passed (0: no limit). engine 'psync' (pread/pwrite,\n"
+     "qd 1) or 'libaio' (Linux AIO, qd in flight, slot s using buf + s*block, at most\n"
+     "`batch` I/Os per io_submit: 1 as fio's default, 0 = qd). lat: a\n"
+     "writable uint64 buffer of max_ios entries for each I/O's ns. stamp: writes carry the\n"
+     "offset/seed pattern; verify: count read 4 KiB units that don't match it. GIL released."},
+    {"io_stamp", py_io_stamp, METH_VARARGS,
+     "io_stamp(addr, length, file_offset, seed)\nFill 4 KiB units with the verify pattern."},
+    {"io_check", py_io_check, METH_VARARGS,
+     "io_check(addr, length, file_offset, seed) -> units that don't match the pattern"},
+    {"map_file", KW py_map_file, METH_VARARGS | METH_KEYWORDS,
+     "map_file(fd, length, writable=True) -> addr\nMAP_SHARED mapping of the file's start."},
+    {"msync", py_msync, METH_VARARGS, "msync(addr, length)  (MS_SYNC)"},
+    {"mincore", py_mincore, METH_VARARGS,
+     "mincore(addr, length) -> pages of the range in the page cache / resident"},
+    /* --- end storage (issue 3) --- */
     /* --- host suites (issue 3) --- */
     {"lines", KW py_lines, METH_VARARGS | METH_KEYWORDS,
      "lines(addr, length, cpus, reads=1, writes=0, write_bytes=64, rmw=False, nt=False,\n"

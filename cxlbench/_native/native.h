@@ -155,4 +155,39 @@ int cb_move_pages(uintptr_t addr, size_t length, size_t page_bytes, int node,
 /* --- end host suites (issue 3) -------------------------------------------- */
 
 
+/* --- storage (issue 3) --- */
+/* ---- io.c: timed file I/O, a file as memory ------------------------------ */
+
+enum { CB_IO_PSYNC = 0, CB_IO_LIBAIO = 1 };          /* engines, as fio names them */
+enum { CB_IO_STAMP = 1, CB_IO_VERIFY = 2 };          /* data-pattern flags */
+#define CB_IO_UNIT 4096                              /* the stamp pattern's unit */
+
+struct cb_io_result {
+    uint64_t done;          /* I/Os completed */
+    uint64_t elapsed_ns;    /* first submission to last completion */
+    uint64_t mismatches;    /* 4 KiB units that failed CB_IO_VERIFY */
+};
+
+/* Up to max_ios I/Os of `block` bytes on fd (stop early once max_ns have
+ * passed, 0 = no time limit); I/O i at offsets[i % noffsets]. engine PSYNC:
+ * pread/pwrite, qd must be 1; LIBAIO: Linux AIO with qd in flight, slot s
+ * using buf + s * block (buf holds qd * block bytes), at most `batch` I/Os
+ * per io_submit (0: qd). lat_ns[i] (may be NULL;
+ * max_ios entries) = latency of I/O i. STAMP fills each write's buffer with
+ * the pattern of its offset and seed; VERIFY counts read units that differ. */
+int cb_io_run(int fd, int write, int engine, uintptr_t buf, size_t block, size_t qd,
+              size_t batch, const uint64_t *offsets, size_t noffsets, uint64_t max_ios,
+              uint64_t max_ns, unsigned flags, uint64_t seed, uint64_t *lat_ns,
+              struct cb_io_result *out);
+/* The pattern of the 4 KiB units of [buf, buf+length) for file_offset; the
+ * number of units of a buffer read from file_offset that do not match it. */
+void cb_io_stamp(uintptr_t buf, size_t length, uint64_t file_offset, uint64_t seed);
+size_t cb_io_check(uintptr_t buf, size_t length, uint64_t file_offset, uint64_t seed);
+/* MAP_SHARED mapping of a file's first length bytes; msync(MS_SYNC); pages of
+ * [addr, addr+length) in the page cache (mincore). */
+int cb_map_file(int fd, size_t length, int writable, uintptr_t *addr_out);
+int cb_msync(uintptr_t addr, size_t length);
+int cb_mincore(uintptr_t addr, size_t length, size_t *resident_out);
+/* --- end storage (issue 3) --- */
+
 #endif
