@@ -9,6 +9,7 @@ FAMILIES = {
     "latency": "cxlbench.benchmarks.latency",
     "bandwidth": "cxlbench.benchmarks.bandwidth",
     "training": "cxlbench.benchmarks.training",
+    "storage": "cxlbench.benchmarks.storage",
     # host suites (issue 3)
     "loaded_latency": "cxlbench.benchmarks.loaded_latency",
     "write_penalty": "cxlbench.benchmarks.write_penalty",
