@@ -73,6 +73,13 @@ def test_a_noise_spike_is_not_a_knee():
     assert [k.at for k in found] == [1 * MiB]
 
 
+def test_a_noise_dip_does_not_move_a_knee():
+    x = sweep(hi=64 * MiB)
+    y = plateaus(x, [(1 * MiB, 10.0), (math.inf, 100.0)])
+    y[x.index(4 * MiB)] = 20.0                    # one sample far too low
+    assert [(k.at, k.to) for k in derive.knees(x, y)] == [(1 * MiB, 1.5 * MiB)]
+
+
 def test_small_steps_below_the_rise_threshold_are_no_knee():
     x = sweep(hi=64 * MiB)
     y = 100.0 + np.arange(len(x)) * 0.5            # creeping up by ~0.5% a point
@@ -219,6 +226,14 @@ def test_penalty_ratios_are_slowdowns_per_line_with_the_ecc_state_beside():
     assert r["partial 8 B nt ÷ partial 8 B"] == pytest.approx(12.0 / 2.5)
     assert (out["ecc"] == "EDAC SECDED: 0 corrected").all()
     assert np.allclose(out["lo"], out["value"]) and np.allclose(out["hi"], out["value"])
+
+
+def test_ecc_state_by_target_from_a_run_record():
+    meta = {"ecc": {"state": "EDAC: none"}, "cases": [
+        {"benchmark": "write_penalty", "target": "ddr0", "info": {"ecc": "EDAC SECDED: 3 corrected"}},
+        {"benchmark": "write_penalty", "target": "cxl2", "info": {}},
+        {"benchmark": "latency", "target": "ddr1", "info": {"ecc": "x"}}]}
+    assert derive.ecc_by_target(meta) == {"ddr0": "EDAC SECDED: 3 corrected", "cxl2": "EDAC: none"}
 
 
 def test_penalty_ratios_name_only_what_was_measured():

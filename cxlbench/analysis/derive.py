@@ -7,6 +7,7 @@
     crossover(uses, a, b)     the K from which strategy b beats a (first crossing)
     crossovers(samples)       per far tier: K where copying / migrating first pays off
     penalty_ratios(samples)   write-penalty slowdowns per tier, with the ECC state beside
+                              (ecc_by_target(run.meta) gives the states a run recorded)
     mlp(samples)              memory-level parallelism: ns per load with N chains
 
 Every function summarises per repetition first (the median of its inner
@@ -72,10 +73,22 @@ def lower_envelope(y) -> np.ndarray:
     return np.minimum.accumulate(y[::-1])[::-1] if y.size else y
 
 
+def median3(y) -> np.ndarray:
+    """Each interior point replaced by the median of it and its two neighbours: one
+    point off on its own (a dip or a spike) goes; a monotone curve is unchanged."""
+    y = np.asarray(y, dtype=float)
+    if y.size < 3:
+        return y.copy()
+    out = y.copy()
+    out[1:-1] = np.median(np.stack([y[:-2], y[1:-1], y[2:]]), axis=0)
+    return out
+
+
 def knees(x, y, rise: float = 0.25, step: float = 0.03, floor: float = 0.0, ref=None) -> list[Knee]:
     """The knees of a curve y(x), x increasing (working sets).
 
-    On the lower envelope of y, consecutive points that each climb by more than
+    On the lower envelope of the curve's running median of three (an isolated
+    point, high or low, is noise), consecutive points that each climb by more than
     `step` (relative to ref, default y itself) form one rise; a rise counts as a
     knee when it climbs by at least max(floor, rise × ref) in all. ref: a curve of
     the same length to measure steps against (for a difference curve that starts
@@ -86,7 +99,8 @@ def knees(x, y, rise: float = 0.25, step: float = 0.03, floor: float = 0.0, ref=
         raise ValueError("x and y differ in length")
     order = np.argsort(x, kind="stable")
     x, y = x[order], y[order]
-    r = np.abs(y) if ref is None else np.abs(np.asarray(ref, dtype=float)[order])
+    y = median3(y)
+    r = np.abs(y) if ref is None else np.abs(median3(np.asarray(ref, dtype=float)[order]))
     e = lower_envelope(y)
     out: list[Knee] = []
     i, n = 0, len(x)
@@ -105,7 +119,7 @@ def knees(x, y, rise: float = 0.25, step: float = 0.03, floor: float = 0.0, ref=
 
 # ---- page size and TLB -----------------------------------------------------------------
 
-TLB_KEYS = ["initiator", "target", "page"]
+TLB_KEYS = ["benchmark", "initiator", "target", "page"]
 
 
 def tlb_knees(samples: pd.DataFrame, rise: float = 0.10, floor_ns: float = 2.0) -> pd.DataFrame:
@@ -124,8 +138,8 @@ def tlb_knees(samples: pd.DataFrame, rise: float = 0.10, floor_ns: float = 2.0) 
     """
     lat = samples[(samples["metric"] == "latency_ns")] if "metric" in samples.columns else samples
     need = {"working_set_bytes", "pattern"}
-    cols = ["initiator", "target", "page", "tlb_knees", "added_miss_ns", "added_miss_frac",
-            "latency_knees", "largest_bytes"]
+    cols = ["benchmark", "initiator", "target", "page", "tlb_knees", "added_miss_ns",
+            "added_miss_frac", "latency_knees", "largest_bytes"]
     if lat.empty or not need <= set(lat.columns):
         return pd.DataFrame(columns=cols)
     if "chains" in lat.columns:
@@ -321,6 +335,18 @@ def penalty_ratios(samples: pd.DataFrame, ecc: str | dict | None = None,
                 if not partial:
                     break
     return pd.DataFrame(rows, columns=cols)
+
+
+def ecc_by_target(meta: dict) -> dict[str, str]:
+    """The ECC state each write-penalty case recorded (its info["ecc"]), by target;
+    the run's end state (run.json "ecc") for targets without one."""
+    state = (meta.get("ecc") or {}).get("state")
+    out = {c["target"]: c["info"]["ecc"] for c in meta.get("cases", [])
+           if c.get("benchmark") == "write_penalty" and (c.get("info") or {}).get("ecc")}
+    for c in meta.get("cases", []):
+        if state and c.get("benchmark") == "write_penalty":
+            out.setdefault(c["target"], state)
+    return out
 
 
 def _case_mask(g: pd.DataFrame, spec: tuple, partial_bytes) -> pd.Series:

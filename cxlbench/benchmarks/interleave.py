@@ -145,7 +145,8 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     from cxlbench.memory.interleave import allocate_interleaved
     p = case.params
     ddr, far = env.tier(p["ddr"]), env.tier(p["far"])
-    weights = {ddr.node: p["ddr_weight"], far.node: 100 - p["ddr_weight"]}
+    weights = {ddr.node: p["ddr_weight"]}
+    weights[far.node] = weights.get(far.node, 0) + 100 - p["ddr_weight"]   # one node: all of it
     cpus = env.initiator(case.initiator).cpus
 
     def place(n: int):

@@ -28,7 +28,7 @@ LINE = 64
 MLC_DELAYS = (0, 2, 8, 15, 50, 100, 200, 300, 400, 500, 700, 1000, 1300, 1700, 2500, 3500,
               5000, 9000, 20000)
 WARMUP_NS = 50_000_000
-MIN_KEPT = 0.25          # a point needs a quarter of its duration in kept sub-windows
+MIN_KEPT = 0.1           # a point needs a tenth of its duration in kept sub-windows (>= 10 ms at 0.1 s)
 LIMIT = 6                # ... within 6 durations (a busy machine keeps few sub-windows)
 
 
@@ -47,9 +47,12 @@ def parse_mix(mix: str) -> tuple[int, int]:
 
 
 def parse_delays(value) -> list[int]:
-    """"mlc" (MLC's 19 delays) or a list / comma-separated string of non-negative ints."""
+    """"mlc" (MLC's 19 delays), "idle" or [] (the idle point alone), or a list /
+    comma-separated string of non-negative ints."""
     if value in (None, "mlc"):
         return list(MLC_DELAYS)
+    if value in ("idle", "", []):
+        return []
     items = value.split(",") if isinstance(value, str) else as_list(value)
     delays = [int(x) for x in items]
     if any(d < 0 for d in delays):
@@ -58,9 +61,12 @@ def parse_delays(value) -> list[int]:
 
 
 def delays_param(value) -> str:
-    """How a case records its delays: "mlc", or "0,100,1000" (a plain string column)."""
+    """How a case records its delays: "mlc", "idle", or "0,100,1000" (a plain string
+    column)."""
     if value in (None, "mlc"):
         return "mlc"
+    if not parse_delays(value):
+        return "idle"
     return ",".join(str(d) for d in parse_delays(value))
 
 
@@ -102,17 +108,18 @@ def cannot(params: dict, initiator, tier, env: Env) -> str | None:
     except ValueError as e:
         return str(e)
     ncpus = len(initiator.cpus)
-    if ncpus < 2:
+    if ncpus < 2 and parse_delays(params["delays"]):
         return (f"{initiator.name} has {ncpus} CPU: loaded latency needs one to chase and at "
                 f"least one to load")
-    if params["load_threads"] > ncpus - 1:
+    if parse_delays(params["delays"]) and params["load_threads"] > ncpus - 1:
         return (f"{params['load_threads']} load threads need {params['load_threads'] + 1} CPUs "
                 f"on {initiator.name}, which has {ncpus}")
     page = params["page"]
     if page not in PAGE_BYTES:
         return f"unknown page policy {page!r} (use {', '.join(PAGE_BYTES)})"
     node = env.machine.nodes.get(tier.node)
-    need = params["working_set_bytes"] + params["load_threads"] * params["load_bytes"]
+    loads = params["load_threads"] if parse_delays(params["delays"]) else 0
+    need = params["working_set_bytes"] + loads * params["load_bytes"]
     if node is not None and need > node.mem_free_bytes * 0.8:
         return f"needs {need >> 20} MiB, more than 80% of node {tier.node}'s free memory"
     if page.startswith("hugetlb"):
@@ -148,7 +155,8 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     for rep in range(case.repetitions):
         try:
             chase = allocate(p["working_set_bytes"], tier.node, page=p["page"])
-            load = allocate(p["load_bytes"] * p["load_threads"], tier.node, page=p["page"])
+            loads = p["load_threads"] if parse_delays(p["delays"]) else 0    # idle only: none
+            load = allocate(max(p["load_bytes"] * loads, 4096), tier.node, page=p["page"])
         except PlacementError as e:
             raise Skip(str(e)) from None
         with chase, load:
@@ -181,6 +189,9 @@ def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env
         kept = r["chase_ns"] / duration_ns
         label = "idle" if not threads else str(delay)
         info["kept_fraction"][label] = round(min(kept, info["kept_fraction"].get(label, 9.9)), 3)
+        # the plain wall-clock figure over every sub-window, for comparison
+        info.setdefault("wall_clock_latency_ns", {}).setdefault(label, []).append(
+            round(r["all_chase_ns"] / max(r["all_chase_steps"], 1), 2))
         if kept < MIN_KEPT or r["chase_steps"] == 0:
             info.setdefault("warnings", []).append(
                 f"repetition {rep}, delay {label}: only {r['windows_kept']} of {r['windows']} "
