@@ -16,6 +16,11 @@ FAMILIES = {
     "page_size": "cxlbench.benchmarks.page_size",
     "zerocopy": "cxlbench.benchmarks.zerocopy",
     "interleave": "cxlbench.benchmarks.interleave",
+    "gpu_latency": "cxlbench.benchmarks.gpu_latency",              # GPU suites (issue 7)
+    "gpu_bandwidth": "cxlbench.benchmarks.gpu_bandwidth",
+    "gpu_write_penalty": "cxlbench.benchmarks.gpu_write_penalty",
+    "gpu_zerocopy": "cxlbench.benchmarks.gpu_zerocopy",
+    "gpu_storage": "cxlbench.benchmarks.gpu_storage",
 }
 
 

@@ -59,6 +59,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     # host suites (issue 3)
     Metric("ns_per_load", "ns", "lower"),        # chase with N chains: elapsed / (steps x chains)
     Metric("ns_per_line", "ns", "lower"),        # write penalty: time per 64-byte line, all threads
+    Metric("ns_per_sector", "ns", "lower"),      # GPU write penalty: time per 32-byte sector touched
 ]}
 
 
