@@ -88,7 +88,10 @@ def qemu_args(config: str, out: Path, initrd: Path, kernel: Path, extra_cmdline:
     total = sum(n["mem_mib"] for n in NODES)
     cpus = sum(len(n["cpus"]) for n in NODES)
     args = [
-        "-machine", machine, "-accel", os.environ.get("TESTBED_ACCEL", "tcg,thread=multi"),
+        # one host thread for all vCPUs: with multi-threaded TCG a halted vCPU sometimes
+        # missed its timer wake-up for good (RCU stalls, then a hung test); the tests
+        # run one process at a time anyway, and the other host core stays free
+        "-machine", machine, "-accel", os.environ.get("TESTBED_ACCEL", "tcg,thread=single"),
         # hypervisor=off: with the hypervisor bit the CXL region commit fails in the guest
         "-cpu", "max,hypervisor=off",
         "-smp", f"{cpus},sockets={cpus},cores=1,threads=1",
@@ -134,12 +137,13 @@ def qemu_args(config: str, out: Path, initrd: Path, kernel: Path, extra_cmdline:
 
 # ---------------------------------------------------------------- running one
 def junit_summary(path: Path) -> tuple[dict, list[str]]:
+    """Test counts and failed test names; ({}, []) when the guest wrote no report."""
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     failed: list[str] = []
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):
-        return counts, failed
+        return {}, failed
     for suite in root.iter("testsuite"):
         for k in counts:
             counts[k] += int(suite.get(k, 0))
@@ -215,8 +219,9 @@ def run_config(config: str, args) -> tuple[bool, dict]:
     else:
         verdict = "ok"
     ok = verdict == "ok"
-    summary = (f"{counts['tests'] - counts['failures'] - counts['errors'] - counts['skipped']} passed, "
-               f"{counts['failures'] + counts['errors']} failed, {counts['skipped']} skipped")
+    c = counts or {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    summary = (f"{c['tests'] - c['failures'] - c['errors'] - c['skipped']} passed, "
+               f"{c['failures'] + c['errors']} failed, {c['skipped']} skipped")
     print(f"testbed: [{config}] {verdict} -- {summary} in {elapsed:.0f} s", flush=True)
     for name in failed:
         print(f"testbed: [{config}]   failed: {name}")
@@ -238,11 +243,29 @@ def main(argv=None) -> int:
     p.add_argument("--shell", action="store_true",
                    help="after setup, a shell on this terminal instead of the tests")
     p.add_argument("--pytest", default="", help="extra arguments for the guest's pytest")
+    p.add_argument("--retries", type=int, default=int(os.environ.get("TESTBED_RETRIES", 1)),
+                   help="boot again when a guest hangs or dies before reporting (default 1; "
+                        "never when a test failed)")
     p.add_argument("--print-cmdline", action="store_true", help="print the QEMU command line only")
     p.add_argument("-v", "--verbose", action="store_true", help="stream the guest console")
     args = p.parse_args(argv)
     configs = CONFIGS if args.config == "all" else (args.config,)
-    results = {c: run_config(c, args) for c in configs}   # one guest at a time: 2 cores
+    results = {}
+    for c in configs:                     # one guest at a time: 2 cores
+        results[c] = run_config(c, args)
+        for attempt in range(args.retries):
+            ok, counts = results[c]
+            if ok or counts or args.print_cmdline or args.shell:
+                break
+            # no junit at all: the guest never got to report (hang, crash, no boot).
+            # Emulator trouble gets one more boot; a failing test never does.
+            out = Path(args.out) / c
+            kept = out.with_name(f"{c}.attempt{attempt + 1}")
+            shutil.rmtree(kept, ignore_errors=True)
+            out.rename(kept)
+            print(f"testbed: [{c}] RETRY {attempt + 1}/{args.retries}: the guest did not report "
+                  f"(its console is kept in {kept}); booting it again", flush=True)
+            results[c] = run_config(c, args)
     if args.print_cmdline or args.shell:
         return 0
     failed = [c for c, (ok, _) in results.items() if not ok]
