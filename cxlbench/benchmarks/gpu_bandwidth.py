@@ -406,7 +406,7 @@ def _torch_link_op(s, op: str, host, dbuf, size: int, sets: int, touched: dict):
     hosts = [tc.host_tensor(host.addr + j * size, size, host) for j in range(sets)]
     devs = [tc.device_tensor(dbuf.ptr + j * size, size) for j in range(sets)]
     run = tc.copy_op(devs, hosts, touched) if op == "h2d" else tc.copy_op(hosts, devs, touched)
-    run.pinned = bool(hosts[0].is_pinned())
+    run.pinned = tc.pinned(hosts[0])
     return run
 
 

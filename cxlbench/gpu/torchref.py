@@ -39,14 +39,18 @@ class TorchCopies:
         raw._owner = owner
         return self.torch.frombuffer(raw, dtype=self.torch.uint8)
 
-    def copy_op(self, dsts: list, srcs: list, touched: set | None = None):
+    def pinned(self, tensor) -> bool:
+        """Whether torch sees a host tensor as page-locked (then copy_ is asynchronous)."""
+        return bool(tensor.is_pinned())
+
+    def copy_op(self, dsts: list, srcs: list, touched: dict | None = None):
         """op(k, stream): dsts[k % n].copy_(srcs[k % n]) on the timer's stream."""
         torch, stream, n = self.torch, self.stream, len(dsts)
 
         def op(k, _stream):
             j = k % n
             if touched is not None:
-                touched.add(j)
+                touched[j] = True
             with torch.cuda.stream(stream):
                 dsts[j].copy_(srcs[j], non_blocking=True)
         return op
