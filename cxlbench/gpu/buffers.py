@@ -56,6 +56,12 @@ class PageableHost:
     PlacementError when it cannot be placed (the family records a skip)."""
 
     def __init__(self, nbytes: int, node: int, page: str = "4k"):
+        try:
+            from cxlbench import _native  # noqa: F401 - the placement layer's system calls
+        except ImportError as e:
+            raise Unavailable(f"the C core (cxlbench._native) is not built here ({e}), so host "
+                              f"buffers cannot be placed on a node; build it with `python setup.py "
+                              f"build_ext --inplace`") from None
         from cxlbench.memory import allocate
         self.buf = allocate(nbytes, node, page=page)
         self.nbytes = nbytes

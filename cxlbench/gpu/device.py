@@ -169,9 +169,20 @@ class CudaDevice:
         return cp.ndarray((nbytes // itemsize,), dtype, cp.cuda.MemoryPointer(mem, 0))
 
     def prefetch(self, ptr: int, nbytes: int, to_device: bool, stream) -> None:
-        """cudaMemPrefetchAsync of managed memory to this device or to the CPU."""
-        self.rt.memPrefetchAsync(ptr, nbytes, self.ordinal if to_device else CPU_DEVICE_ID,
-                                 stream.ptr)
+        """cudaMemPrefetchAsync of managed memory to this device or to the CPU. CUDA 13
+        replaced the call taking a device number by one taking a location; when cupy's
+        wrapper fails, the driver's cuMemPrefetchAsync_v2 (CUDA >= 12.2) is called."""
+        try:
+            self.rt.memPrefetchAsync(ptr, nbytes, self.ordinal if to_device else CPU_DEVICE_ID,
+                                     stream.ptr)
+            return
+        except Exception as e:       # noqa: BLE001
+            first = e
+        try:
+            _driver_prefetch(ptr, nbytes, self.ordinal if to_device else None, stream.ptr)
+        except Exception as e:       # noqa: BLE001
+            raise Unavailable(f"managed memory cannot be prefetched here: cudaMemPrefetchAsync "
+                              f"failed ({first}) and so did the driver's ({e})") from None
 
     # ---- streams, events, copies -------------------------------------------------
 
@@ -258,3 +269,23 @@ def _driver_host_device_pointer(host_addr: int) -> int:
         raise RuntimeError(f"cuMemHostGetDevicePointer failed with CUresult {status}: the range "
                            f"is not page-locked with the mapped flag")
     return int(out.value)
+
+
+class _MemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+MEM_LOCATION_DEVICE, MEM_LOCATION_HOST = 1, 2
+
+
+def _driver_prefetch(ptr: int, nbytes: int, device: int | None, stream: int) -> None:
+    """cuMemPrefetchAsync_v2(ptr, n, {DEVICE, ordinal} or {HOST, 0}, 0, stream)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuMemPrefetchAsync_v2
+    fn.argtypes = [ctypes.c_uint64, ctypes.c_size_t, _MemLocation, ctypes.c_uint, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    where = _MemLocation(MEM_LOCATION_DEVICE, device) if device is not None else \
+        _MemLocation(MEM_LOCATION_HOST, 0)
+    status = fn(ptr, nbytes, where, 0, ctypes.c_void_p(stream))
+    if status != 0:
+        raise RuntimeError(f"cuMemPrefetchAsync_v2 returned CUresult {status}")
