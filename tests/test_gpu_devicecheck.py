@@ -9,7 +9,7 @@ from cxlbench.gpu.fake import FakeDevice
 from cxlbench.results.schema import Case, CaseResult
 from cxlbench.results.store import RunWriter
 from cxlbench.runner.run import build_env
-from cxlbench.topology.model import Gpu, Initiator, Tier
+from cxlbench.topology.model import Initiator, Tier
 
 from test_gpu_families import FakeTorchCopies, bw
 

@@ -91,8 +91,11 @@ def test_too_much_behind_the_spin_kernel_is_refused():
 
 def test_a_queue_deeper_than_the_device_takes_is_caught_by_the_timeout():
     dev = FakeDevice(queue_depth=8)
-    t = Timer(dev).run(Recorder(dev), iterations=2, ops=8, warmup=1)
+    timer = Timer(dev)
+    t = timer.run(Recorder(dev), iterations=2, ops=8, warmup=1)
     assert t.spin == "timed out"
+    again = timer.run(Recorder(dev), iterations=1, ops=2, warmup=0)
+    assert again.spin == "off"                 # no second wait on a spin kernel that timed out
 
 
 def test_pageable_copies_never_queue_behind_the_spin_kernel():

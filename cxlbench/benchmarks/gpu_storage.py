@@ -23,7 +23,7 @@ import secrets
 import time
 from contextlib import ExitStack
 
-from cxlbench.benchmarks.base import Env, Planned, as_list, sweep
+from cxlbench.benchmarks.base import Env, Planned, as_list
 from cxlbench.benchmarks.gpu_common import (
     first_skip, gpu_initiators, gpu_memory_skip, local_host_tier, open_session, planned)
 from cxlbench.results.schema import Case, Sample

@@ -80,7 +80,7 @@ def plan(spec: dict, env: Env) -> list[Planned]:
 
 
 def _cannot(params: dict, tier, gpu, env: Env) -> str | None:
-    wb, stride, size = params["write_bytes"], params["stride_bytes"], params["size_bytes"]
+    wb, size = params["write_bytes"], params["size_bytes"]
     if wb not in (4, 8, 16, 32):
         return f"write_bytes must be 4, 8, 16 or 32, not {wb}"
     if size < 4096 or size % 4096:

@@ -86,7 +86,6 @@ def _estimate(params: dict, spec: dict) -> float:
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     from cxlbench.gpu import check
     from cxlbench.gpu.buffers import DeviceBuffer, ManagedBuffer, PinnedHost
-    from cxlbench.gpu.device import MEMCPY_H2D
 
     p = case.params
     size, strategy, max_uses = p["data_bytes"], p["strategy"], p["max_uses"]
@@ -109,8 +108,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
                     dev.sync_stream(stream)
                     src, found = data.ptr, {}
                     if strategy == "managed_prefetch":
-                        def prep(stream_):
-                            dev.prefetch(data.ptr, size, True, stream_)
+                        prep = _prefetcher(dev, data.ptr, size)
                 else:
                     host = st.enter_context(PinnedHost(dev, size, tier.node, p["page"], mapped=True))
                     dev.launch("cb_fill_words", 4 * dev.sm_count, 256, (host.device, words, 0), stream)
@@ -119,9 +117,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
                     if strategy == "memcpy":
                         hbm = st.enter_context(DeviceBuffer(dev, size))
                         src = hbm.ptr
-
-                        def prep(stream_):
-                            dev.memcpy(hbm.ptr, host.addr, size, MEMCPY_H2D, stream_)
+                        prep = _copier(dev, hbm.ptr, host.addr, size)
                 check.poison(xp, partials.view("uint64"))
                 dev.synchronize()
 
@@ -146,6 +142,15 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
                 total += sec
                 samples.append(Sample("seconds", total, rep, {**params, "uses": k}))
     return samples
+
+
+def _prefetcher(dev, ptr: int, size: int):
+    return lambda stream: dev.prefetch(ptr, size, True, stream)
+
+
+def _copier(dev, dst: int, src: int, size: int):
+    from cxlbench.gpu.device import MEMCPY_H2D
+    return lambda stream: dev.memcpy(dst, src, size, MEMCPY_H2D, stream)
 
 
 def _touch_on_node(data, words: int, env: Env, tier) -> None:

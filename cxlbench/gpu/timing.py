@@ -102,6 +102,7 @@ class Timer:
     stream: object = None
     flag: SpinFlag | None = None
     _events: list[int] = field(default_factory=list)
+    spin_failed: bool = False      # a spin kernel timed out: later batches run without one
 
     def __post_init__(self):
         if self.stream is None:
@@ -119,6 +120,7 @@ class Timer:
         """Queue (spin,) warm-ups, start event, iterations × (ops, event); release; wait.
         `first` numbers the operations (op(k, stream), k = first, first + 1, ...)."""
         weight = getattr(op, "weight", 1)
+        spin = spin and not self.spin_failed
         if spin and queued(iterations, ops, warmup, spin, weight) > MAX_QUEUED:
             raise ValueError(f"{queued(iterations, ops, warmup, spin, weight)} entries would sit "
                              f"behind the spin kernel, more than {MAX_QUEUED}")
@@ -144,6 +146,8 @@ class Timer:
         dev.sync_stream(s)
         seconds = [dev.elapsed_ms(events[i], events[i + 1]) / 1e3 for i in range(iterations)]
         state = "off" if not spin else ("timed out" if self.flag.timed_out else "released")
+        if state == "timed out":
+            self.spin_failed = True  # the device never saw the flag: don't wait 5 s a batch again
         return Timed(seconds, ops, state, warmup)
 
     def measure(self, op: Op, iterations: int, warmup: int = 1, spin: bool = True,
