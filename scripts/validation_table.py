@@ -1,0 +1,64 @@
+"""Summarise scripts/validate.sh's output: medians over rounds of cxlbench and of
+the reference tools, and their ratio. Usage: python scripts/validation_table.py OUT"""
+import statistics
+import sys
+from pathlib import Path
+
+import cxlbench
+
+
+def floats(path: Path, column: int = -1, when=lambda fields: True) -> list[float]:
+    values = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        fields = line.split()
+        if fields and when(fields):
+            try:
+                values.append(float(fields[column]))
+            except ValueError:
+                pass
+    return values
+
+
+def lat_mem_rd_1g(out: Path) -> list[float]:
+    return [v for p in sorted(out.glob("lat_mem_rd-*.txt"))
+            for v in floats(p, 1, lambda f: f[0] == "1024.00000")]
+
+
+def main(out: Path) -> None:
+    df = cxlbench.load(out / "results")
+    reps = df.groupby(["run_id", "case_id", "benchmark", "page", "threads", "repetition"],
+                      dropna=False).value.median().reset_index()
+    per_run = reps.groupby(["run_id", "benchmark", "page", "threads"], dropna=False).value.median().reset_index()
+
+    def ours(benchmark, page, threads=None):
+        sel = per_run[(per_run.benchmark == benchmark) & (per_run.page == page)]
+        if threads is not None:
+            sel = sel[sel.threads == threads]
+        return list(sel.value)
+
+    rows = [
+        ("latency, 1 GiB, 4 KiB pages (ns)", ours("latency", "4k"), lat_mem_rd_1g(out), "lat_mem_rd -t"),
+        ("read, 1 thread (GB/s)", ours("bandwidth", "4k", 1),
+         [v / 1e3 for v in floats(out / "likwid-load-T1.txt", 0)], "likwid-bench load_avx"),
+        ("read, 2 threads (GB/s)", ours("bandwidth", "4k", 2),
+         [v / 1e3 for v in floats(out / "likwid-load-T2.txt", 0)], "likwid-bench load_avx"),
+        ("read, 1 thread (GB/s)", ours("bandwidth", "4k", 1),
+         [v / 1e3 for v in floats(out / "bw_mem-P1.txt", 1)], "bw_mem rd"),
+        ("read, 2 threads (GB/s)", ours("bandwidth", "4k", 2),
+         [v / 1e3 for v in floats(out / "bw_mem-P2.txt", 1)], "bw_mem -P 2 rd"),
+    ]
+    print("| figure | cxlbench median (rounds) | reference | reference median (rounds) | ratio |")
+    print("|---|---|---|---|---|")
+    for name, a, b, tool in rows:
+        if a and b:
+            ma, mb = statistics.median(a), statistics.median(b)
+            print(f"| {name} | {ma:.3g} ({', '.join(f'{x:.3g}' for x in a)}) | {tool} | "
+                  f"{mb:.3g} ({', '.join(f'{x:.3g}' for x in b)}) | {ma / mb:.3f} |")
+    thp = ours("latency", "thp")
+    if thp:
+        print(f"\nlatency, 1 GiB, THP (no reference tool asks for THP): median {statistics.median(thp):.3g} ns "
+              f"over rounds {', '.join(f'{x:.3g}' for x in thp)}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
