@@ -2,8 +2,8 @@
 """Boot the test bed guest in one or more configurations, run the guest test suite in
 each, bring the results back, and exit non-zero if any configuration fails.
 
-    testbed/run.py [--config numa|cxl|all] [--timeout S] [--out DIR] [--shell] [-v]
-                   [--pytest "ARGS"] [--print-cmdline]
+    testbed/run.py [--config numa|cxl|all] [--timeout S] [--retries N] [--out DIR]
+                   [--shell] [-v] [--pytest "ARGS"] [--print-cmdline]
 
 Configurations (the topology below is the single source of truth: the QEMU command
 line and the guest tests' expectations, written to expect.json, both come from it):
@@ -14,7 +14,8 @@ line and the guest tests' expectations, written to expect.json, both come from i
         and root port, with a fixed memory window; the guest's init creates a RAM
         region on it and onlines it as a CPU-less node (testbed/guest/setup.sh)
 
-The guest runs under TCG (no KVM needed). Only the Python standard library is used.
+The guest runs under single-threaded TCG (no KVM needed). Only the Python standard
+library is used.
 """
 from __future__ import annotations
 
