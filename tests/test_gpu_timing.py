@@ -133,3 +133,16 @@ def test_the_fake_refuses_host_addresses_where_device_ones_belong():
     assert dev.mapped_pointer(host) == host + DEVICE_OFFSET
     with pytest.raises(FakeFault):
         dev.launch("cb_chase", 2, 32, (0, 0, 0, 0), dev.stream())
+
+
+def test_kernels_are_loaded_before_anything_waits_behind_a_spin_kernel():
+    dev = FakeDevice()
+    assert not getattr(dev, "preloaded", False)
+    Timer(dev)
+    assert dev.preloaded
+    unloaded = FakeDevice()
+    unloaded.preload = lambda: None               # a device whose kernels would load lazily
+    buf = unloaded.malloc(1 << 20)
+    with pytest.raises(FakeDeadlock, match="lazy module loading"):
+        Timer(unloaded).run(lambda k, s: unloaded.launch("cb_store_w16", 4, 256, (buf, 1024, 16, 1), s),
+                            iterations=1, ops=1)

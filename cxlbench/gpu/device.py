@@ -250,6 +250,15 @@ class CudaDevice:
                 raise RuntimeError(f"the CUDA kernels did not compile or load ({name}): {e}") from e
         return self._kernels[name]
 
+    def preload(self) -> None:
+        """Compile the module and load every kernel now. Since CUDA 12.2 modules load
+        lazily, at first use, and loading may synchronise the context: a kernel loaded
+        for the first time while the spin kernel waits on the host would wait for it,
+        and the host for the launch. Everything is loaded before any batch is queued."""
+        from cxlbench.gpu.kernels import SIGNATURES
+        for name in SIGNATURES:
+            self.kernel(name)
+
     def launch(self, name: str, grid: int, block: int, args, stream) -> None:
         from cxlbench.gpu.kernels import convert
         fn = self.kernel(name)

@@ -290,6 +290,9 @@ class FakeDevice:
 
     # ---- kernels -------------------------------------------------------------------------
 
+    def preload(self) -> None:
+        self.preloaded = True
+
     def launch(self, name: str, grid: int, block: int, args, stream) -> None:
         if name not in SIGNATURES:
             raise FakeFault(f"no kernel {name}")
@@ -300,6 +303,9 @@ class FakeDevice:
         elif block % 32 or not 0 < block <= 1024 or grid < 1:
             raise FakeFault(f"bad launch shape {grid} x {block}: block_sum needs whole warps")
         self.launches.append((name, grid, block, a))
+        if any(st.spin_pending for st, *_ in self.queue) and not getattr(self, "preloaded", False):
+            raise FakeDeadlock(f"{name} launched for the first time behind a spinning kernel: "
+                               f"lazy module loading would wait for it")
         if name == "cb_spin":
             flag = host_array(self.translate(a["flag"], 8), 8, np.int32)
             stream.spin_pending = True

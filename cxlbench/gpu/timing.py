@@ -105,6 +105,9 @@ class Timer:
     spin_failed: bool = False      # a spin kernel timed out: later batches run without one
 
     def __post_init__(self):
+        preload = getattr(self.dev, "preload", None)
+        if preload is not None:      # no lazy kernel loading behind a spinning kernel
+            preload()
         if self.stream is None:
             self.stream = self.dev.stream()
         if self.flag is None:
@@ -152,11 +155,14 @@ class Timer:
 
     def measure(self, op: Op, iterations: int, warmup: int = 1, spin: bool = True,
                 target_s: float = TARGET_S) -> Timed:
-        """Probe one operation's time, size the iterations to target_s, run them."""
-        probe = self.run(op, iterations=2, ops=1, warmup=warmup, spin=spin)
+        """Run the operation once on its own (whatever it initialises on first use —
+        another library's runtime, a lazily loaded kernel — must not happen behind a
+        spinning kernel), probe its time, size the iterations to target_s, run them."""
+        self.run(op, iterations=1, ops=1, warmup=0, spin=False)
+        probe = self.run(op, iterations=2, ops=1, warmup=warmup, spin=spin, first=1)
         ops = batch_shape(probe.best_per_op(), iterations, warmup, spin, target_s,
                           weight=getattr(op, "weight", 1))
-        return self.run(op, iterations, ops, warmup, spin, first=warmup + 2)
+        return self.run(op, iterations, ops, warmup, spin, first=warmup + 3)
 
     def close(self) -> None:
         for ev in self._events:
