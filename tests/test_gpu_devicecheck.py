@@ -14,8 +14,13 @@ from cxlbench.topology.model import Initiator, Tier
 from test_gpu_families import FakeTorchCopies, bw
 
 
-@pytest.fixture()
-def made_run(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def made_run(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield _make_run(tmp_path_factory.mktemp("runs"), monkeypatch)
+
+
+def _make_run(tmp_path, monkeypatch):
     env = build_env("/", [], {})
     env.initiators["gpu:0"] = Initiator("gpu:0", "gpu", node=0, gpu=0)
     env.tiers["hbm0"] = Tier("hbm0", "hbm", gpu=0)
@@ -89,3 +94,13 @@ def test_a_run_without_gpu_cases_gives_an_empty_table(tmp_path):
     text, counts = devicecheck.table(writer.path)
     assert counts == {"ok": 0, "skipped": 1, "failed": 0}
     assert "GPU: no GPU" in text and "skipped 1× : no GPU" in text
+
+
+def test_the_report_renders_the_gpu_families(made_run, tmp_path):
+    from cxlbench.report import render
+    from cxlbench.results.store import load_run
+    run = load_run(made_run)
+    assert {"bytes_counted", "iteration", "sm_clock_mhz", "ecc"} <= set(run.samples.columns)
+    path = render([made_run], tmp_path / "gpu.html")
+    html = path.read_text()
+    assert "gpu_bandwidth" in html and "gpu_latency" in html and "<svg" in html
