@@ -14,7 +14,9 @@ Axes (case parameters):
   runtime_s    seconds one repetition's timed I/O lasts
 
 Metrics, per repetition (an independent trial: a fresh random order of the
-file's blocks, fio's random map; sequential runs from offset 0):
+file's blocks, fio's random map; sequential I/O goes on from where the warm-up
+or the previous repetition stopped, as fio's does after its ramp, wrapping at
+the end of the file, so no repetition re-reads what was just read):
   iops, bandwidth_GBps (10^9 B/s of payload), and latency_ns at percentile 50,
   99 and 99.9 — each I/O's latency from its submission to its completion, the
   `percentile` column telling the three apart. Keeping the percentiles of
@@ -231,11 +233,18 @@ def measure_io(case: Case, f, found: dict, info: dict, verify: bool = True) -> l
     nblocks = f.size // block
     runtime_ns = int(p["runtime_s"] * 1e9)
 
+    cursor = 0                              # sequential runs go on where the last stopped
+
     def order(trial: int):
         if random:                          # every block once per pass, in a fresh order
             rng = np.random.default_rng([f.seed, trial])
             return rng.permutation(nblocks).astype(np.uint64) * np.uint64(block)
-        return np.arange(nblocks, dtype=np.uint64) * np.uint64(block)
+        return (np.arange(cursor, cursor + nblocks, dtype=np.uint64) % np.uint64(nblocks)) * \
+            np.uint64(block)
+
+    def advance(done: int) -> None:
+        nonlocal cursor
+        cursor = (cursor + done) % nblocks
 
     def run(offsets, max_ios, lat=None, max_ns=0, verify=False):
         if p["io"] == "buffered":
@@ -253,12 +262,14 @@ def measure_io(case: Case, f, found: dict, info: dict, verify: bool = True) -> l
         rate = 0.0
         for w in range(max(case.warmup, 1)):                  # untimed; sizes the latency array
             done, elapsed, _ = run(order(1000 + w), 1 << 40, max_ns=max(runtime_ns // 4, 1))
+            advance(done)
             rate = max(rate, done / max(elapsed, 1) * 1e9)
         max_ios = int(min(max(rate * p["runtime_s"] * 3, 4096), 1 << 25))
         samples = []
         for rep in range(case.repetitions):
             lat = np.empty(max_ios, dtype=np.uint64)
             done, elapsed, _ = run(order(rep), max_ios, lat, max_ns=runtime_ns)
+            advance(done)
             lat = lat[:done]
             s = {**found, "ios": done, "elapsed_ns": elapsed, "buffer_page_bytes": page_bytes}
             samples.append(Sample("iops", done / elapsed * 1e9, rep, s))

@@ -89,7 +89,7 @@ def sweep_stale(directory: str) -> list[str]:
 # ---- removal on exit and on signals ------------------------------------------------
 
 _live: set[str] = set()
-_lock = threading.Lock()
+_lock = threading.RLock()        # re-entrant: a signal handler may run while it is held
 _installed: dict[int, object] = {}
 _setup = False
 _SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
