@@ -4,7 +4,7 @@ A snapshot holds, as plain JSON-able data:
   edac   every EDAC memory controller: its mode (SECDED, ...), corrected (ce) and
          uncorrected (ue) error counts, and per DIMM/rank the same counts;
   cxl    every CXL memory device with its health where it can be read: the
-         `cxl` tool (ndctl) asks the device (`cxl list -m memX -H`), which
+         `cxl` tool (ndctl) asks the device (`cxl list -M -H`), which
          needs root and the tool; otherwise the reason it could not be read.
 
 `changes(before, after)` names every count that moved, one sentence each: a
@@ -60,8 +60,9 @@ def _run_cxl_tool(names: list[str]) -> str | None:
     if exe is None:
         return None
     try:
-        out = subprocess.run([exe, "list", "-H", *(a for n in names for a in ("-m", n))],
-                             capture_output=True, text=True, timeout=10)
+        # every memdev with its health (-M: memdevs, -H: health); filtered by name after
+        out = subprocess.run([exe, "list", "-M", "-H"], capture_output=True, text=True,
+                             timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout if out.returncode == 0 else None
