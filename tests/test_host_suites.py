@@ -490,3 +490,12 @@ def test_zerocopy_strategies_run_on_one_node(here):
             assert (t[0] == 0) == (strategy == "in_place")
         if strategy.startswith("migrate"):
             assert info["moved_fraction"] == [1.0, 1.0] and "warnings" not in info
+
+
+def test_lines_times_by_either_clock(buf):
+    addr, length, _ = buf(1 << 12)
+    for clock in ("wall", "cpu"):
+        times = _native.lines(addr, length, CPUS[:2], iterations=3, clock=clock)
+        assert len(times) == 3 and all(t > 0 for t in times)
+    with pytest.raises(ValueError, match="clock"):
+        _native.lines(addr, length, CPUS[:1], clock="tsc")

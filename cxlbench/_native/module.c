@@ -676,7 +676,8 @@ static int run_lines(PyObject *args, PyObject *kw, const char *fmt, int *iterati
                      double **seconds, uint64_t *sum)
 {
     static char *kwlist[] = {"addr", "length", "cpus", "reads", "writes", "write_bytes", "rmw",
-                             "nt", "value", "iterations", NULL};
+                             "nt", "value", "iterations", "clock", NULL};
+    const char *clock = "wall";
     uintptr_t addr;
     size_t length, ncpus;
     PyObject *cpus_obj;
@@ -684,8 +685,13 @@ static int run_lines(PyObject *args, PyObject *kw, const char *fmt, int *iterati
     struct cb_line_op op = {.reads = 1, .writes = 0, .write_bytes = 64};
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, conv_addr, &addr, conv_size,
                                      &length, &cpus_obj, &op.reads, &op.writes, &op.write_bytes,
-                                     &op.rmw, &op.nt, &value, iterations))
+                                     &op.rmw, &op.nt, &value, iterations, &clock))
         return -1;
+    int cpu_clock = strcmp(clock, "cpu") == 0;
+    if (!cpu_clock && strcmp(clock, "wall") != 0) {
+        PyErr_Format(PyExc_ValueError, "clock must be 'wall' or 'cpu', not '%s'", clock);
+        return -1;
+    }
     op.value = value;
     if (check_line_op(&op) < 0)
         return -1;
@@ -707,15 +713,21 @@ static int run_lines(PyObject *args, PyObject *kw, const char *fmt, int *iterati
         return -1;
     }
     *seconds = PyMem_Malloc((size_t)*iterations * sizeof **seconds);
-    if (!*seconds) {
+    double *wall = PyMem_Malloc((size_t)*iterations * sizeof *wall);
+    if (!*seconds || !wall) {
+        PyMem_Free(*seconds);
+        PyMem_Free(wall);
+        *seconds = NULL;
         PyMem_Free(cpus);
         PyErr_NoMemory();
         return -1;
     }
     int err;
     Py_BEGIN_ALLOW_THREADS
-    err = cb_lines(&op, addr, length, cpus, ncpus, *iterations, *seconds, sum);
+    err = cpu_clock ? cb_lines(&op, addr, length, cpus, ncpus, *iterations, wall, *seconds, sum)
+                    : cb_lines(&op, addr, length, cpus, ncpus, *iterations, *seconds, NULL, sum);
     Py_END_ALLOW_THREADS
+    PyMem_Free(wall);
     PyMem_Free(cpus);
     if (err) {
         PyMem_Free(*seconds);
@@ -732,7 +744,7 @@ static PyObject *py_lines(PyObject *self, PyObject *args, PyObject *kw)
     int iterations = 10;
     double *seconds = NULL;
     uint64_t sum = 0;
-    if (run_lines(args, kw, "O&O&O|IIIppKi:lines", &iterations, &seconds, &sum) < 0)
+    if (run_lines(args, kw, "O&O&O|IIIppKis:lines", &iterations, &seconds, &sum) < 0)
         return NULL;
     PyObject *list = seconds_list(seconds, iterations);
     PyMem_Free(seconds);
@@ -744,7 +756,7 @@ static PyObject *py_lines_check(PyObject *self, PyObject *args, PyObject *kw)
     int iterations = 1;
     double *seconds = NULL;
     uint64_t sum = 0;
-    if (run_lines(args, kw, "O&O&O|IIIppKi:lines_check", &iterations, &seconds, &sum) < 0)
+    if (run_lines(args, kw, "O&O&O|IIIppKis:lines_check", &iterations, &seconds, &sum) < 0)
         return NULL;
     PyMem_Free(seconds);
     return PyLong_FromUnsignedLongLong(sum);
@@ -955,12 +967,14 @@ static PyMethodDef methods[] = {
     /* --- host suites (issue 3) --- */
     {"lines", KW py_lines, METH_VARARGS | METH_KEYWORDS,
      "lines(addr, length, cpus, reads=1, writes=0, write_bytes=64, rmw=False, nt=False,\n"
-     "      value=0, iterations=10) -> seconds per iteration\n"
+     "      value=0, iterations=10, clock='wall') -> seconds per iteration\n"
      "A pass over 64-byte lines in groups of reads + writes: the first `reads` lines of\n"
      "each group are read, the next `writes` written: the first write_bytes bytes (64: the\n"
      "whole line; fewer: a partial-line write) get `value` (every 8 bytes), or with rmw\n"
      "the line is loaded, `value` added to each 8-byte word, stored back. nt: non-temporal\n"
-     "stores. One pinned thread per entry of cpus, slices of whole groups."},
+     "stores. One pinned thread per entry of cpus, slices of whole groups. clock='cpu':\n"
+     "each iteration's time is the slowest thread's CPU time (what another process held\n"
+     "of the CPU is not counted); 'wall': first start to last end."},
     {"lines_check", KW py_lines_check, METH_VARARGS | METH_KEYWORDS,
      "lines_check(addr, length, cpus, ..., iterations=1) -> int\n"
      "As lines(); returns the sum (mod 2**64) of the 8-byte words the last pass read."},

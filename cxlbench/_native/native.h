@@ -115,10 +115,13 @@ double cb_line_op_bytes(const struct cb_line_op *op);
 /* lines.c: `op` over [buf, buf + bytes) (64-byte aligned, whole lines), one
  * pinned thread per cpu, each a contiguous slice of whole groups; every
  * iteration starts at a barrier and seconds_out[i] runs from the first thread
- * leaving it to the last finishing (as cb_stream). sum_out (may be NULL):
- * the sum of the 8-byte words the last iteration read. */
+ * leaving it to the last finishing (as cb_stream). cpu_seconds_out (may be
+ * NULL): the CPU time of the slowest thread's pass (its thread CPU clock, so
+ * time another process held its CPU is not in it). sum_out (may be NULL): the
+ * sum of the 8-byte words the last iteration read. */
 int cb_lines(const struct cb_line_op *op, uintptr_t buf, size_t bytes, const int *cpus,
-             size_t nthreads, int iterations, double *seconds_out, uint64_t *sum_out);
+             size_t nthreads, int iterations, double *seconds_out, double *cpu_seconds_out,
+             uint64_t *sum_out);
 
 /* loaded.c: MLC's loaded latency. A chase thread pinned to chase_cpu follows
  * the chain(s) from heads while one load thread per load_cpus entry loops
