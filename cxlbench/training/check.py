@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
         by: dict[str, list[float]] = {}
         for s in samples:
-            if not s.params:
+            if set(s.params) <= {"iteration"}:          # the per-step samples
                 by.setdefault(s.metric, []).append(s.value)
         lo, med, hi = _q(by["tokens_per_s"])
         ms = lambda k: statistics.median(by.get(k, [0.0])) * 1e3  # noqa: E731
