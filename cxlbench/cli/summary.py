@@ -39,6 +39,39 @@ def _peak_bandwidth(reps: pd.DataFrame, tier: str, kernel: str):
     return _spread(sel[sel.case_id == best].value), threads
 
 
+def _storage(frame: pd.DataFrame, tier: str) -> list[str]:
+    """QD1 4 KiB random-read latency, the best random-read IOPS, sequential peaks."""
+    sel = frame[(frame.benchmark == "storage") & (frame.target == tier)]
+    if sel.empty:
+        return []
+    by_rep = lambda rows: rows.groupby(["case_id", "repetition"]).value.median()  # noqa: E731
+    lines = []
+    rand = sel[(sel.rw == "randread") & (sel.block_bytes == 4096)]
+    p50 = rand[(rand.metric == "latency_ns") & (rand.qd == 1)]
+    p50 = p50[p50.percentile == 50] if "percentile" in p50.columns else p50.iloc[0:0]
+    if not p50.empty:
+        lines.append(_line("4 KiB random read, QD1, p50 latency",
+                           _fmt((_spread(by_rep(p50) / 1e3), 0), 'us', 1)))
+    iops = rand[rand.metric == "iops"]
+    if not iops.empty:
+        best = iops.groupby("case_id").value.median().idxmax()
+        rows = iops[iops.case_id == best]
+        lines.append(_line(f"4 KiB random read, peak IOPS (QD{int(rows.qd.iloc[0])})",
+                           _fmt((_spread(by_rep(rows)), 0), 'IO/s', 0)))
+    for rw in ("read", "write"):
+        seq = sel[(sel.rw == rw) & (sel.metric == "bandwidth_GBps")]
+        if not seq.empty:
+            best = seq.groupby("case_id").value.median().idxmax()
+            rows = seq[seq.case_id == best]
+            lines.append(_line(f"sequential {rw} peak ({int(rows.block_bytes.iloc[0]) >> 10} KiB, "
+                               f"QD{int(rows.qd.iloc[0])})", _fmt((_spread(by_rep(rows)), 0), 'GB/s', 2)))
+    return lines
+
+
+def _line(label: str, value: str) -> str:
+    return f"  {label:<44}: {value}"
+
+
 def _fmt(stat, unit: str, digits: int) -> str:
     (med, lo, hi), _ = stat
     return f"{med:.{digits}f} {unit} [{lo:.{digits}f}-{hi:.{digits}f}]"
@@ -54,10 +87,11 @@ def tier_summary(frame: pd.DataFrame) -> str:
         for page in ("4k", "thp", "hugetlb-2m", "hugetlb-1g"):
             if "page" in reps.columns and (lat := _latency(reps, tier, page)):
                 size = lat[1] >> 20
-                lines.append(f"  latency, {size} MiB working set, {page:<4} pages : {_fmt(lat, 'ns', 1)}")
+                lines.append(_line(f"latency, {size} MiB working set, {page} pages", _fmt(lat, 'ns', 1)))
         for kernel in ("read", "triad"):
             if "kernel" in reps.columns and (bw := _peak_bandwidth(reps, tier, kernel)):
-                lines.append(f"  peak {kernel:<5} bandwidth ({bw[1]} threads)"
-                             f"{'':11}: {_fmt(bw, 'GB/s', 2)}")
+                lines.append(_line(f"peak {kernel} bandwidth ({bw[1]} threads)", _fmt(bw, 'GB/s', 2)))
+        if "rw" in frame.columns:
+            lines.extend(_storage(frame, tier))
     lines.append("median [min-max] over repetitions; GB/s = 10^9 bytes/s")
     return "\n".join(lines)
