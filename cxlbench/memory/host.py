@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from . import sysinfo
 from .errors import PlacementError, fmt_bytes
 from .verify import huge_coverage, placement
+from .mapping import Mapped
 
 # page policy -> hugetlb page size (None: normal pages, 4 KiB or THP)
 PAGE_KINDS: dict[str, int | None] = {
@@ -49,7 +50,7 @@ def _round_up(n: int, to: int) -> int:
 
 
 @dataclass(eq=False)
-class HostBuffer:
+class HostBuffer(Mapped):
     """A verified buffer: [addr, addr + length) on `node`. Close it (or use it
     as a context manager); keep it alive as long as anything reads its memory."""
     addr: int
@@ -62,30 +63,6 @@ class HostBuffer:
     locked: bool = False
     length_asked: int = 0
     _region: tuple[int, int] = field(default=(0, 0), repr=False)   # mapping incl. guards
-
-    @property
-    def closed(self) -> bool:
-        return self._region[1] == 0
-
-    def close(self) -> None:
-        """Unmap (and so unlock) the buffer; later calls do nothing."""
-        if not self.closed:
-            from cxlbench import _native
-            start, size = self._region
-            self._region = (0, 0)
-            _native.unmap(start, size)
-
-    def __enter__(self) -> HostBuffer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def array(self, dtype: str = "float64"):
         """A numpy view of the buffer; it keeps the buffer mapped while it lives."""

@@ -31,6 +31,7 @@ from . import sysinfo
 from .errors import PlacementError, fmt_bytes
 from .host import GUARD_BYTES, check_free, check_node, check_thp
 from .verify import huge_coverage, page_nodes
+from .mapping import Mapped
 
 WEIGHTS_DIR = "sys/kernel/mm/mempolicy/weighted_interleave"
 MAX_WEIGHT = 255             # the kernel keeps each weight in a u8
@@ -39,7 +40,7 @@ PAGE = 4096
 
 
 @dataclass(eq=False)
-class InterleavedBuffer:
+class InterleavedBuffer(Mapped):
     """[addr, addr + length) spread over nodes; close it or use it as a context manager."""
     addr: int
     length: int
@@ -52,29 +53,6 @@ class InterleavedBuffer:
     huge_coverage: float
     notes: list[str] = field(default_factory=list)   # e.g. a kernel setting not restored
     _region: tuple[int, int] = field(default=(0, 0), repr=False)
-
-    @property
-    def closed(self) -> bool:
-        return self._region[1] == 0
-
-    def close(self) -> None:
-        if not self.closed:
-            from cxlbench import _native
-            start, size = self._region
-            self._region = (0, 0)
-            _native.unmap(start, size)
-
-    def __enter__(self) -> InterleavedBuffer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def found(self) -> dict:
         return {"interleave_method": self.method, "unit_bytes": self.unit_bytes,
