@@ -174,14 +174,8 @@ int cb_lines(const struct cb_line_op *op, uintptr_t buf, size_t bytes, const int
 
     if (!err) {
         for (int it = 0; it < iterations; it++) {
-            uint64_t first = UINT64_MAX, last = 0;
-            for (size_t i = 0; i < nthreads; i++) {
-                uint64_t s = x.start[(size_t)it * nthreads + i];
-                uint64_t e = x.end[(size_t)it * nthreads + i];
-                first = s < first ? s : first;
-                last = e > last ? e : last;
-            }
-            seconds_out[it] = (double)(last - first) * 1e-9;
+            seconds_out[it] = cb_span_seconds(x.start + (size_t)it * nthreads,
+                                              x.end + (size_t)it * nthreads, nthreads);
             if (cpu_seconds_out) {
                 uint64_t most = 0;
                 for (size_t i = 0; i < nthreads; i++) {

@@ -14,6 +14,8 @@
 /* ---- clock.c: time and CPU affinity ------------------------------------ */
 
 uint64_t cb_now_ns(void);                          /* CLOCK_MONOTONIC, ns */
+/* One pass of threads started together: first thread's start to last thread's end. */
+double cb_span_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads);
 int cb_pin_self(const int *cpus, size_t ncpus);    /* sched_setaffinity(calling thread) */
 
 /* ---- numa.c: mappings, memory policy, where pages are ------------------ */
