@@ -368,6 +368,9 @@ def _link(case: Case, env: Env, s) -> list[Sample]:
             if down:                                  # back to the device, compared there
                 back = st.enter_context(DeviceBuffer(dev, span))
                 check.poison(xp, back.view("uint64"))
+                # the poison runs on cupy's (legacy default) stream, which does not order
+                # work on the timer's non-blocking stream: finish it before the copy back
+                dev.synchronize()
                 dev.memcpy(back.ptr, h_dst.addr, span, MEMCPY_H2D, stream)
                 dev.sync_stream(stream)
                 for j in sorted(touched):
