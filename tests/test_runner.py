@@ -104,3 +104,50 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert proc.returncode == 2, err
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and message in err
+
+
+# ------------------------------------------------------------ processes
+
+def test_processes_share_repetitions_evenly_and_never_run_empty():
+    from cxlbench.runner.processes import shares
+    assert shares(5, 5) == [1, 1, 1, 1, 1]
+    assert shares(5, 2) == [3, 2]
+    assert shares(2, 5) == [1, 1]
+    assert shares(5, 1) == [5]
+
+
+def test_passes_run_every_case_once_before_any_case_twice():
+    from cxlbench.runner.processes import slices
+    order = slices([(4, 2), (0, 3), (3, 3)])         # case 1 is skipped: one slice
+    assert [(s.index, s.process, s.first, s.count) for s in order] == [
+        (0, 0, 0, 2), (1, 0, 0, 0), (2, 0, 0, 1), (0, 1, 2, 2), (2, 1, 1, 1), (2, 2, 2, 1)]
+
+
+def test_repetitions_spread_over_processes_are_numbered_across_them(tmp_path):
+    outcome = run(RunConfig(suite_file(tmp_path, ["stamp", "stamp"], repetitions=5, processes=3),
+                            out=str(tmp_path / "r")))
+    stored = load_run(outcome.path)
+    assert stored.status == "complete"
+    for i, grp in stored.samples.groupby("i"):
+        assert sorted(grp["repetition"]) == [0, 1, 2, 3, 4]
+        assert grp["pid"].nunique() == 3                 # a fresh worker per process
+    cases = stored.meta["cases"]
+    assert [c["samples"] for c in cases] == [5, 5]
+    assert [p["repetitions"] for p in cases[0]["info"]["processes"]] == [[0, 1], [2, 3], [4, 4]]
+    # interleaved: case 1's first process ran before case 0's second
+    s = stored.samples
+    first_of_1 = s[(s.i == 1) & (s.repetition == 0)].t_ns.iloc[0]
+    second_of_0 = s[(s.i == 0) & (s.repetition == 2)].t_ns.iloc[0]
+    assert first_of_1 < second_of_0
+
+
+def test_a_process_that_dies_fails_its_case_and_keeps_what_the_others_measured(tmp_path):
+    outcome = run(RunConfig(suite_file(tmp_path, ["second_crashes", "ok"], repetitions=4, processes=2,
+                                       scratch=str(tmp_path)), out=str(tmp_path / "r")))
+    assert statuses(outcome) == [("second_crashes", "failed"), ("ok", "ok")]
+    assert outcome.results[0].reason.startswith("process 2 of 2: worker killed by SIGKILL")
+    stored = load_run(outcome.path)
+    kept = stored.samples[stored.samples["mode"] == "second_crashes"]
+    assert sorted(kept["repetition"]) == [0, 1]
+    assert stored.meta["cases"][0]["status"] == "failed"
+

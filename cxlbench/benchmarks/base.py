@@ -24,6 +24,7 @@ class Planned:
     case: Case
     skip: str | None = None          # reason, when the case cannot run here
     estimate_s: float = 1.0          # expected wall time, for progress and budget
+    processes: int = 1               # workers the repetitions are spread over (the runner sets it)
 
 
 @dataclass

@@ -32,6 +32,9 @@ from cxlbench.topology.model import Initiator, Tier
 from cxlbench.units import parse_size
 
 NAME = "training"
+#: A case's repetitions are the steady steps of one training run: never split
+#: over processes (runner.processes), each would pay its own warm-up and compile.
+ONE_PROCESS = True
 ENGINES = ("offload", "none", "fsdp2_cpu_offload")
 NO_GPU = "no GPU"
 ADAMW_BYTES_FP32_GRAD = 28      # p, m, v read + written (24) + fp32 grad read (4)

@@ -97,18 +97,27 @@ class RunWriter:
         text = json.dumps(self.meta, indent=1, default=_json_default, sort_keys=False)
         atomic_write(self.path / RUN_JSON, text.encode())
 
-    def add(self, result: CaseResult) -> None:
-        rows = sample_rows(self.run_id, result)
+    def add(self, result: CaseResult, part: CaseResult | None = None) -> None:
+        """Store a case. When a case is measured by several processes, `part` is the
+        latest one's result (its samples are written) and `result` the case so far
+        (it replaces the case's entry in run.json)."""
+        rows = sample_rows(self.run_id, part or result)
         if rows:
             self._parts += 1
             _write_parquet(self.path / PARTS / f"{self._parts:06d}.parquet", _tidy(pd.DataFrame(rows)))
         c = result.case
-        self.meta["cases"].append({
+        entry = {
             "case_id": c.case_id, "benchmark": c.benchmark, "initiator": c.initiator,
             "target": c.target, "tier_kind": c.tier_kind, "params": c.params,
             "status": result.status, "reason": result.reason, "seconds": round(result.seconds, 3),
-            "samples": len(rows), "info": result.info,
-        })
+            "samples": len(result.samples), "info": result.info,
+        }
+        cases = self.meta["cases"]
+        at = next((i for i, e in enumerate(cases) if e["case_id"] == c.case_id), None)
+        if at is None:
+            cases.append(entry)
+        else:
+            cases[at] = entry
         self._save_meta()
 
     def note(self, key: str, value: Any) -> None:

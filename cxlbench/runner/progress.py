@@ -46,6 +46,11 @@ class Progress:
             self.stream.write(f"\r\033[K{status}: {label}: {reason}\n")
         self.stream.flush()
 
+    def drop(self) -> None:
+        """A planned step that will not run (its case ended in an earlier process)."""
+        self.estimates[self.index] = 0.0
+        self.index += 1
+
     def close(self) -> None:
         if self.tty:
             self.stream.write(f"\r\033[Kdone in {_clock(time.monotonic() - self.start)}\n")

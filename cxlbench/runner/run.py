@@ -5,15 +5,15 @@ import platform
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from cxlbench import __version__
 from cxlbench.benchmarks import UnknownBenchmark, family
 from cxlbench.benchmarks.base import Env, Planned
-from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, SKIPPED, CaseResult
+from cxlbench.results.schema import COMPLETE, FAILED, OK, PARTIAL, SKIPPED, CaseResult
 from cxlbench.results.store import RunWriter
-from cxlbench.runner import ecc
+from cxlbench.runner import ecc, processes
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, benchmark_specs, load_suite
 from cxlbench.runner.worker import run_case
@@ -53,7 +53,10 @@ def plan_suite(suite: dict, env: Env) -> list[Planned]:
             module = family(spec["name"])
         except UnknownBenchmark as e:
             raise SuiteError(f"{suite['path']}: {e}") from None
-        planned.extend(module.plan(spec, env))
+        processes = 1 if getattr(module, "ONE_PROCESS", False) else int(spec.get("processes", 1))
+        for p in module.plan(spec, env):
+            p.processes = max(1, processes)
+            planned.append(p)
     seen: set[str] = set()
     for p in planned:
         if p.case.case_id in seen:
@@ -93,41 +96,52 @@ def run(config: RunConfig) -> RunOutcome:
     ecc_before = ecc.start(config.root)             # EDAC / CXL health counts around the run
     results = _run_planned(planned, env, writer)
     ecc.finish(writer, ecc_before, config.root)     # a count that moved is a run warning
-    status = COMPLETE if len(results) == len(planned) else PARTIAL
+    finished = len(results) == len(planned) and not writer.meta.get("interrupted")
+    status = COMPLETE if finished else PARTIAL
     writer.finish(status)
     return RunOutcome(writer.path, status, results)
 
 
 def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[CaseResult]:
-    """Measure in order; Ctrl-C stops after recording what finished."""
-    progress = Progress([0.0 if p.skip else p.estimate_s for p in planned])
+    """Measure pass by pass (see runner.processes); Ctrl-C stops after recording
+    what finished. Returns the cases measured, each with all its processes."""
+    order = processes.slices([(0 if p.skip else p.case.repetitions, p.processes) for p in planned])
+    progress = Progress([(0.0 if planned[s.index].skip else
+                          planned[s.index].estimate_s * s.count / max(planned[s.index].case.repetitions, 1))
+                         for s in order])
     budget = env.suite.get("time_budget_s") or 0
     start = time.monotonic()
-    results: list[CaseResult] = []
+    results: dict[int, CaseResult] = {}
     try:
-        for p in planned:
-            label = p.case.case_id
+        for piece in order:
+            p, label = planned[piece.index], planned[piece.index].case.case_id + piece.suffix
+            if piece.index in results and results[piece.index].status != OK:
+                progress.drop()                       # the case ended in an earlier process
+                continue
             progress.begin(label)
-            result = _one(p, env, budget - (time.monotonic() - start) if budget else None)
-            writer.add(result)
-            results.append(result)
-            progress.end(label, result.status, result.seconds, result.reason)
+            left = budget - (time.monotonic() - start) if budget else None
+            part = _one(p, env, left, piece)
+            results[piece.index] = processes.merge(results.get(piece.index), part, piece)
+            writer.add(results[piece.index], part)
+            progress.end(label, part.status, part.seconds, part.reason)
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted: keeping the cases that finished\n")
         writer.note("interrupted", True)
     finally:
         progress.close()
-    return results
+    return [results[i] for i in sorted(results)]
 
 
-def _one(p: Planned, env: Env, budget_left: float | None) -> CaseResult:
+def _one(p: Planned, env: Env, budget_left: float | None, piece: processes.Slice) -> CaseResult:
     if p.skip:
         return CaseResult(p.case, SKIPPED, p.skip)
-    if budget_left is not None and budget_left < p.estimate_s:
+    estimate = p.estimate_s * piece.count / max(p.case.repetitions, 1)
+    if budget_left is not None and budget_left < estimate:
         return CaseResult(p.case, SKIPPED, f"time budget of {env.suite['time_budget_s']} s spent")
-    timeout = max(env.suite.get("case_timeout_s", 600), 10 * p.estimate_s)
-    result = run_case(p.case, env, timeout)
+    timeout = max(env.suite.get("case_timeout_s", 600), 10 * estimate)
+    result = run_case(replace(p.case, repetitions=piece.count), env, timeout)
+    result.case = p.case
     if result.status == FAILED:
         result.reason = result.reason or "failed without a reason"
-    return result
+    return processes.renumber(result, piece.first)
 

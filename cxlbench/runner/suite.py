@@ -9,6 +9,7 @@ SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 
 DEFAULTS = {
     "repetitions": 5,        # independent trials per case (fresh buffer each)
+    "processes": 1,          # workers the repetitions are spread over, in passes
     "warmup": 1,
     "time_budget_s": 0,      # 0: no budget
     "case_timeout_s": 600,

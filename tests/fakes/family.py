@@ -27,6 +27,14 @@ def measure(case, env):
         raise Skip("needs a CXL node")
     if mode == "hang":
         time.sleep(60)
+    if mode == "stamp":                            # which process, and when
+        stamp = {"pid": os.getpid(), "t_ns": time.monotonic_ns()}
+        return [Sample("latency_ns", 1.0 + r, r, dict(stamp)) for r in range(case.repetitions)]
+    if mode == "second_crashes":                   # the first process leaves a mark
+        mark = os.path.join(env.suite["scratch"], f"mark-{case.params['i']}")
+        if os.path.exists(mark):
+            os.kill(os.getpid(), signal.SIGKILL)
+        open(mark, "w").close()
     if mode == "interrupt":
         os.kill(os.getppid(), signal.SIGINT)        # Ctrl-C reaches the runner mid-case
         time.sleep(0.5)

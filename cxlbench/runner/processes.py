@@ -1,0 +1,80 @@
+"""A case's repetitions spread over several worker processes, run in passes over the plan.
+
+Repetitions inside one process share more than the case means them to: the
+physical pages a freed buffer gives back to the next one (page colouring decides
+how a working set near a cache's size fits it), the state of the host around
+those few seconds. Two runs of one machine then differ by more than either run's
+spread says, and a gate reads that as a change. pyperf answers with many
+processes, asv with rounds; we do both: with `processes = P`, pass k runs every
+case once in a fresh worker for its k-th share of the repetitions, so each
+case's samples come from P processes spread over the run's whole duration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cxlbench.results.schema import OK, CaseResult
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One worker's share of a case: repetitions first … first+count-1."""
+    index: int          # the case's place in the plan
+    process: int        # 0-based
+    processes: int
+    first: int
+    count: int
+
+    @property
+    def suffix(self) -> str:
+        return f" [process {self.process + 1}/{self.processes}]" if self.processes > 1 else ""
+
+
+def shares(repetitions: int, processes: int) -> list[int]:
+    """Repetitions per process, as even as they go; never an empty process."""
+    processes = max(1, min(processes, repetitions))
+    base, extra = divmod(repetitions, processes)
+    return [base + (1 if k < extra else 0) for k in range(processes)]
+
+
+def slices(cases: list[tuple[int, int]]) -> list[Slice]:
+    """Pass by pass: (repetitions, processes) per planned case → the order to run them."""
+    per_case = []
+    for index, (reps, procs) in enumerate(cases):
+        counts = shares(reps, procs) if reps > 0 else [0]
+        starts = [sum(counts[:k]) for k in range(len(counts))]
+        per_case.append([Slice(index, k, len(counts), s, c)
+                         for k, (s, c) in enumerate(zip(starts, counts))])
+    passes = max((len(s) for s in per_case), default=0)
+    return [s[k] for k in range(passes) for s in per_case if k < len(s)]
+
+
+def renumber(result: CaseResult, first: int) -> CaseResult:
+    """A worker numbers its repetitions from 0; the run numbers them across processes."""
+    for s in result.samples:
+        s.repetition += first
+    return result
+
+
+def merge(prev: CaseResult | None, part: CaseResult, piece: Slice) -> CaseResult:
+    """The case so far plus one more process. A process that fails ends the case as
+    failed, keeping what the others measured; the first process's findings (placement,
+    warnings) stay the case's, and each process is listed with its repetitions."""
+    record = {"process": piece.process, "repetitions": [piece.first, piece.first + piece.count - 1],
+              "status": part.status, "seconds": round(part.seconds, 3)}
+    if part.reason:
+        record["reason"] = part.reason
+    if prev is None:
+        merged = replace(part, samples=list(part.samples), info=dict(part.info))
+    else:
+        merged = replace(prev, samples=prev.samples + part.samples, seconds=prev.seconds + part.seconds,
+                         info=dict(prev.info))
+        warnings = [w for w in part.info.get("warnings", []) if w not in merged.info.get("warnings", [])]
+        if warnings:
+            merged.info["warnings"] = list(merged.info.get("warnings", [])) + warnings
+        if part.status != OK:
+            merged.status = part.status
+            merged.reason = f"process {piece.process + 1} of {piece.processes}: {part.reason}"
+    if piece.processes > 1:
+        merged.info["processes"] = list(merged.info.get("processes", [])) + [record]
+    return merged
