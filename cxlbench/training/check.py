@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--compute", default="auto", help="auto, gpu or cpu")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds: a case whose estimate no longer fits in what is left is skipped")
     args = ap.parse_args(argv)
 
     import torch
@@ -49,10 +51,15 @@ def main(argv: list[str] | None = None) -> int:
           "| fwd / bwd / transfer / opt / nvme wait (ms) | model step (ms) | loss first→last | flag |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     skipped = []
+    start = time.monotonic()
     for planned in training.plan(spec, env):
         case, p = planned.case, planned.case.params
         if planned.skip:
             skipped.append((case.case_id, planned.skip))
+            continue
+        if args.budget is not None and time.monotonic() - start + planned.estimate_s > args.budget:
+            skipped.append((case.case_id, f"time budget of {args.budget:.0f} s spent (estimated "
+                                          f"{planned.estimate_s:.0f} s)"))
             continue
         info: dict = {}
         t0 = time.time()
