@@ -171,3 +171,26 @@ def test_calibrate_sees_run_to_run_noise_that_repetitions_hide(tmp_path):
         before += (gate(a, b).rows["verdict"] == "slower").mean() / 3
         after += (gate(a, b, thresholds_file=f).rows["verdict"] == "slower").mean() / 3
     assert before > 0.25 and after <= 0.05
+
+
+def _latency_run(rng, center, held, label):
+    values = {"latency_ns": syn.noisy(rng, center, 0.01, 5)}
+    res = syn.case_result("latency", "ddr0", {"working_set_bytes": 2**30, "page": "4k"}, values,
+                          sample_params=lambda rep, i: {"cpu_held": held[rep]})
+    return syn.make_run([res], label=label)
+
+
+def test_interference_in_either_run_withholds_a_verdict():
+    rng = np.random.default_rng(7)
+    quiet = [1.0, 0.99, 1.0, 0.98, 1.0]
+    base = _latency_run(rng, 100.0, quiet, "A")
+    slower_quiet = _latency_run(rng, 130.0, quiet, "B")
+    slower_busy = _latency_run(rng, 130.0, [1.0, 0.99, 0.62, 0.98, 1.0], "C")
+    assert compare([base, slower_quiet]).rows["verdict"].tolist() == ["slower"]
+    row = compare([base, slower_busy]).rows.iloc[0]
+    assert row["verdict"] == "inconclusive"
+    assert "interference" in row["note"] and "62%" in row["note"] and "current" in row["note"]
+    text = format_comparison(compare([base, slower_busy]))
+    assert "? inconclusive*" in text and "* ddr0" in text and "held their CPUs 62%" in text
+    # the baseline's interference counts as much as the current run's
+    assert compare([slower_busy, base]).rows["verdict"].tolist() == ["inconclusive"]

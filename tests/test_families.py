@@ -74,6 +74,7 @@ def test_latency_measures_exactly_the_working_set_asked(here, monkeypatch):
     assert [s.repetition for s in samples] == [0, 1]
     assert all(s.metric == "latency_ns" and s.value > 0 for s in samples)
     assert all(s.params["page_bytes"] == 2 << 20 for s in samples)
+    assert all(0 < s.params["cpu_held"] <= 1 for s in samples)
 
 
 def test_bandwidth_keeps_every_iteration_of_every_repetition(here):
@@ -83,3 +84,11 @@ def test_bandwidth_keeps_every_iteration_of_every_repetition(here):
     samples = bandwidth.measure(case, here, {})
     assert [(s.repetition, s.params["iteration"]) for s in samples] == [(r, i) for r in range(2) for i in range(3)]
     assert all(s.params["page_bytes"] == 4096 and s.value > 0 for s in samples)
+    assert all(0 < s.params["cpu_held"] <= 1 for s in samples)
+
+
+def test_cpu_held_counts_waiting_as_not_held():
+    import time
+    from cxlbench.benchmarks.base import cpu_held
+    result, held = cpu_held(1, lambda: time.sleep(0.05) or "done")
+    assert result == "done" and held < 0.2          # asleep: someone else's time, as far as we know

@@ -170,3 +170,14 @@ def test_run_noise_estimate():
     r1 = stats.ratio_ci([100, 101, 99, 100, 100], [110, 111, 109, 110, 110], run_noise=0.05)
     assert r1.ratio == r0.ratio and r1.lo < r0.lo and r1.hi > r0.hi
     assert r1.se_log == pytest.approx(math.sqrt(r0.se_log**2 + 2 * 0.05**2))
+
+
+def test_interference_turns_only_faster_and_slower_into_inconclusive():
+    from cxlbench.analysis.stats import Change, discount_interference
+    def change(verdict):
+        return Change(1.2, 1.1, 1.3, verdict, 0.05, 0.05, "lower", 5, 5)
+    assert discount_interference(change("slower"), 1.0, 0.7).verdict == "inconclusive"
+    assert discount_interference(change("faster"), 0.85, 1.0).note.startswith("interference: in the baseline")
+    assert discount_interference(change("slower"), 0.95, 0.93).verdict == "slower"
+    assert discount_interference(change("same"), 0.5, 0.5).verdict == "same"
+    assert discount_interference(change("slower"), float("nan"), 1.0).verdict == "slower"

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis import machine as machine_mod
-from cxlbench.analysis.stats import CONFIDENCE, INCONCLUSIVE, VERDICTS, judge, ratio_ci
+from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discount_interference,
+                                     judge, ratio_ci)
 from cxlbench.analysis.summary import axis_columns, point_id, points, repetitions
 from cxlbench.analysis.thresholds import Thresholds, load_thresholds
 from cxlbench.results.store import Run, load_run
@@ -179,6 +180,14 @@ def _split_values(run: int, ids: list[str], metrics, vals) -> dict[tuple, Any]:
     return out
 
 
+def _least_held(run: int, ids: list[str], reps: pd.DataFrame) -> dict[tuple, float]:
+    """{(run, point): the smallest CPU-held fraction of its repetitions}, where recorded."""
+    if "cpu_held" not in reps.columns or len(ids) == 0:
+        return {}
+    held = pd.Series(reps["cpu_held"].to_numpy(float), index=pd.Index(ids)).dropna()
+    return {(run, point): float(v) for point, v in held.groupby(level=0).min().items()}
+
+
 @dataclass
 class Comparison:
     runs: list[RunInfo]
@@ -260,7 +269,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
         else:
             seen[info.name] = 1
 
-    all_pts, values = [], {}
+    all_pts, values, held = [], {}, {}
     for i, run in enumerate(loaded):
         reps = repetitions(run.samples)
         pts = annotate_points(run, points(reps), i)
@@ -269,6 +278,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
         ids = ([point_id(c, a) for c, a in zip(reps["case_id"], reps[axes].to_dict("records"))]
                if axes else list(reps["case_id"]))
         values.update(_split_values(i, ids, reps["metric"].to_numpy(), reps["value"].to_numpy(float)))
+        held.update(_least_held(i, ids, reps))
     pts = pd.concat(all_pts, ignore_index=True) if all_pts else pd.DataFrame()
     pts.attrs["axes"] = sorted({a for p in all_pts for a in p.attrs.get("axes", [])})
 
@@ -299,7 +309,8 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
             thr = th.for_case(bench, metric)
             better = str(r["better_b"]) if str(r["better_b"]) in ("lower", "higher") else "lower"
             rat = ratio_ci(bv, cv, confidence, th.noise_for(bench))
-            ch = judge(rat, better, thr)
+            ch = discount_interference(judge(rat, better, thr), held.get((0, r["point_b"]), 1.0),
+                                       held.get((i, r["point_c"]), 1.0))
             note = ch.note
             if str(r["better_c"]) != better:
                 ch, note = judge(ratio_ci([], []), better, thr), "the runs disagree on the direction"
@@ -403,7 +414,7 @@ def format_comparison(cmp: Comparison, *, verdicts: Iterable[str] | None = None,
         out.append("")
         out.append(f"{bench} · {metric} ({unit}, {better} is better)")
         headers = ["case", f"{cmp.runs[0].name}"]
-        table = []
+        table, notes = [], []
         for i in sorted(grp["run"].unique()):
             headers += [cmp.runs[i].name, "change", f"{cmp.confidence:.0%} CI", "verdict", "MDE"]
         for key, kg in grp.groupby("key", sort=False):
@@ -414,15 +425,18 @@ def format_comparison(cmp: Comparison, *, verdicts: Iterable[str] | None = None,
                 label += " (" + ", ".join(others) + ")"
             cells = [label, fmt_num(first["base_median"])]
             for _, r in kg.iterrows():
+                flag = "*" if r["note"] else ""
                 cells += [fmt_num(r["median"]), fmt_change(r["ratio"]), fmt_ci_change(r["lo"], r["hi"]),
-                          SYMBOL.get(r["verdict"], r["verdict"]),
+                          SYMBOL.get(r["verdict"], r["verdict"]) + flag,
                           fmt_pct(r["mde"]) if r["verdict"] in ("same", INCONCLUSIVE) else ""]
+                if flag:
+                    notes.append(f"  * {label}: {r['note']}")
             table.append(cells)
         if limit is not None and len(table) > limit:
             extra = len(table) - limit
             table = table[:limit] + [[f"… {extra} more"] + [""] * (len(headers) - 1)]
         right = {1} | {i for i in range(2, len(headers)) if (i - 2) % 5 in (0, 1, 2, 4)}
-        out += _table(headers, table, right)
+        out += _table(headers, table, right) + notes[:limit or len(notes)]
     counts = cmp.counts()
     out.append("")
     out.append("Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()))

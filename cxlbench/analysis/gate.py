@@ -162,7 +162,9 @@ class GateResult:
                        f"{self.confidence:.0%} CI | threshold | {'MDE' if verdict == INCONCLUSIVE else 'note'} |")
             out.append("|---|---|---|--:|--:|--:|--:|--:|---|")
             for _, r in sel.head(limit).iterrows():
-                note = fmt_pct(r["mde"]) if verdict == INCONCLUSIVE else (r["note"] or "")
+                note = r["note"] or ""
+                if verdict == INCONCLUSIVE:
+                    note = fmt_pct(r["mde"]) + (f" ({note})" if note else "")
                 if confirmed is not None and verdict == SLOWER:
                     note = "confirmed on re-run" if r["key"] in confirmed else "not confirmed on re-run"
                 out.append(f"| {_md(r['benchmark'])} | {_md(r['label'])} | {_md(r['metric'])} "

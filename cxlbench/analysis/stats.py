@@ -16,7 +16,7 @@ code look different (see docs/gating.md).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
 from statistics import NormalDist
@@ -292,6 +292,25 @@ def judge(ratio: Ratio, better: str, threshold: float) -> Change:
         verdict = INCONCLUSIVE
     mde = minimum_detectable_effect(ratio.se_log, ratio.df, threshold, ratio.confidence)
     return Change(ratio.ratio, lo, hi, verdict, mde, **args)
+
+
+#: Below this fraction of wall time on a CPU (benchmarks.base.cpu_held), a
+#: repetition's figure may be mostly someone else's time.
+HELD_MIN = 0.90
+
+
+def discount_interference(change: Change, held_base: float, held_cur: float,
+                          minimum: float = HELD_MIN) -> Change:
+    """A faster/slower verdict becomes inconclusive when, in either run, a repetition's
+    threads held their CPUs for less than `minimum` of its wall time: the change may be
+    the interference, not the memory path. same/inconclusive verdicts stand."""
+    low = min(held_base, held_cur)
+    if change.verdict not in (FASTER, SLOWER) or not low < minimum:
+        return change
+    which = "baseline" if held_base <= held_cur else "current"
+    note = (f"interference: in the {which} run a repetition's threads held their CPUs "
+            f"{low:.0%} of its wall time (< {minimum:.0%}); {change.verdict} not called")
+    return replace(change, verdict=INCONCLUSIVE, note=note)
 
 
 def minimum_detectable_effect(se_log: float, df: float, threshold: float,

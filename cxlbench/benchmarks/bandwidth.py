@@ -9,7 +9,7 @@ kernel runs `iterations` timed times and every iteration is kept.
 """
 from __future__ import annotations
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, host_pairs, sweep
+from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, cpu_held, host_pairs, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, stream_array_bytes
 from cxlbench.results.schema import Case, Sample
 from cxlbench.units import parse_size
@@ -81,10 +81,10 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
             a, b, c = (bufs + [bufs[0]] * 3)[:3]
             if case.warmup:
                 _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"], cpus, p["nt"], case.warmup)
-            times = _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"], cpus,
-                                   p["nt"], p["iterations"])
+            times, held = cpu_held(len(cpus), _native.stream, p["kernel"], a.addr, b.addr, c.addr,
+                                   p["array_bytes"], cpus, p["nt"], p["iterations"])
             found = {"page_bytes": min(x.page_bytes_found for x in bufs),
-                     "huge_coverage": min(x.huge_coverage for x in bufs)}
+                     "huge_coverage": min(x.huge_coverage for x in bufs), "cpu_held": round(held, 4)}
         finally:
             for x in bufs:
                 x.close()

@@ -8,8 +8,9 @@ it is recorded with that reason, never measured somewhere else instead.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from cxlbench.results.schema import Case
 from cxlbench.topology.model import Initiator, Machine, Tier
@@ -81,3 +82,16 @@ def sweep(spec: dict, **axes) -> list[dict[str, Any]]:
     for name, values in axes.items():
         points = [{**p, name: v} for p in points for v in as_list(values)]
     return points
+
+
+def cpu_held(threads: int, fn: Callable, *args) -> tuple[Any, float]:
+    """Run fn(*args) (a timed native loop on `threads` threads of this process) and
+    return its result with the fraction of the wall time those threads held a CPU.
+    Below 1, something else ran on our CPUs (another process, or the hypervisor:
+    with steal-time accounting a guest's CPU clocks exclude stolen time), and the
+    wall-clock figure counts that as memory time. Stored with each sample, it lets
+    a comparison refuse to call a change that interference can explain."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn(*args)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return result, min(cpu / (wall * threads), 1.0) if wall > 0 else 1.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, host_pairs, sweep
+from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, cpu_held, host_pairs, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, resolve_sizes
 from cxlbench.results.schema import Case, Sample
 from cxlbench.units import parse_size
@@ -83,9 +83,9 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
             heads = _native.chase_init(buf.addr, p["working_set_bytes"], LINE,
                                        p.get("window_bytes", 0), p["chains"], rep + 1)
             steps = _calibrate(heads, min_s, warmup=case.warmup)
-            elapsed_ns = _native.chase_run(heads, steps)
+            elapsed_ns, held = cpu_held(1, _native.chase_run, heads, steps)
             found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,
-                     "steps": steps}
+                     "steps": steps, "cpu_held": round(held, 4)}
         samples.append(Sample("latency_ns", elapsed_ns / steps, rep, found))
         if p["chains"] > 1:           # memory-level parallelism: loads in flight together
             samples.append(Sample("ns_per_load", elapsed_ns / (steps * p["chains"]), rep, found))

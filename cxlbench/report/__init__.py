@@ -177,7 +177,7 @@ def _comparison_tables(rows: pd.DataFrame, cmp: Comparison) -> list[dict[str, An
                            "ci": f"{build.num(r['lo_value'])}–{build.num(r['hi_value'])}"},
                           {"text": fmt_change(r["ratio"]), "num": True},
                           {"text": fmt_ci_change(r["lo"], r["hi"]), "num": True},
-                          {"text": r["verdict"], "verdict": r["verdict"]},
+                          {"text": r["verdict"], "verdict": r["verdict"], "note": r["note"] or ""},
                           {"text": fmt_pct(r["mde"]) if r["verdict"] in ("same", "inconclusive")
                            and math.isfinite(r["mde"]) else "", "num": True}]
             out_rows.append(cells)
