@@ -159,6 +159,14 @@ def test_zero_copy_stores_seconds_for_every_number_of_uses(env, fake):
     assert first[2] - first[1] < first[1] - first[0]
 
 
+
+def test_managed_strategies_are_skipped_without_concurrent_managed_access(env, fake):
+    fake.concurrent_managed = False
+    with pytest.raises(Skip, match="no concurrent managed access"):
+        run(gpu_zerocopy, {"strategy": "managed_fault", "data_bytes": 1 << 20, "max_uses": 2,
+                           "host_placement": "first-touch"}, env, "ddr0", "ddr")
+    assert fake.ranges == []
+
 def test_zero_copy_crossovers_come_out_of_the_curves(env, fake):
     import pandas as pd
 

@@ -86,6 +86,7 @@ def _estimate(params: dict, spec: dict) -> float:
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     from cxlbench.gpu import check
     from cxlbench.gpu.buffers import DeviceBuffer, ManagedBuffer, PinnedHost
+    from cxlbench.gpu.errors import Unavailable
 
     p = case.params
     size, strategy, max_uses = p["data_bytes"], p["strategy"], p["max_uses"]
@@ -102,6 +103,10 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
                 partials = st.enter_context(DeviceBuffer(dev, (max_uses + 1) * grid * 8))
                 prep = None
                 if strategy.startswith("managed"):
+                    if not getattr(dev, "concurrent_managed", True):
+                        raise Unavailable("the GPU reports no concurrent managed access: managed "
+                                          "memory moves whole at each launch here, not by fault "
+                                          "or prefetch, so the managed strategies are not measured")
                     data = st.enter_context(ManagedBuffer(dev, size))
                     _touch_on_node(data, words, env, tier)
                     dev.prefetch(data.ptr, size, False, stream)       # every page on the host

@@ -87,6 +87,7 @@ class FakeDevice:
         self.compute_capability = (9, 0)
         self.ecc_enabled = True
         self.async_engines = 2
+        self.concurrent_managed = True   # Linux, Pascal or later: managed pages move on fault
         self.ranges: list[Range] = []
         self.queue: list[tuple[FakeStream, object]] = []
         self.events: dict[int, float | None] = {}
