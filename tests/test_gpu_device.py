@@ -79,6 +79,8 @@ def test_the_spin_kernel_holds_the_stream_and_gives_up_after_its_timeout(dev):
     from cxlbench.gpu.buffers import DeviceBuffer
     timer = timing.Timer(dev)
     with DeviceBuffer(dev, 64 << 20) as a:
+        dev.memset(a.ptr, 0, 64 << 20, timer.stream)   # whatever a first memset loads, not behind a spin
+        dev.sync_stream(timer.stream)
         t = timer.run(lambda k, s: dev.memset(a.ptr, k & 0xFF, 64 << 20, s), iterations=3, ops=4, warmup=2)
         assert t.spin == "released" and all(x > 0 for x in t.seconds)
         timer.flag.arm()
