@@ -131,7 +131,7 @@ RUN=""
 if [ -s "$OUT/run_path" ]; then
   RUN=$(cat "$OUT/run_path")
 else                                  # the suite was stopped: its run keeps what finished
-  RUN=$(ls -1dt "$OUT"/results/*/ 2>/dev/null | head -n 1)
+  RUN=$(ls -1dt "$OUT"/results/*/*/ 2>/dev/null | head -n 1)     # results/HOST/RUN/
   [ -n "$RUN" ] && echo "the suite did not finish (exit $RC); the table of what its run kept:"
 fi
 if [ -n "$RUN" ]; then
