@@ -36,6 +36,10 @@ export PYTHONUNBUFFERED=1
 T0=$(date +%s)
 say() { printf '[device-check %4ds] %s\n' $(( $(date +%s) - T0 )) "$*"; }
 left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
+# The C core is built: cxlbench/_native/ (its C sources) also imports, as an empty
+# namespace package, wherever the extension module is missing.
+native_ok() { "$PY" -c 'import sys, cxlbench.gpu, cxlbench._native as n
+sys.exit(0 if getattr(n, "__file__", None) else 1)' 2>/dev/null; }
 
 # --- 1. the interpreter and the package ----------------------------------------------
 PY=${PYTHON:-}
@@ -54,23 +58,22 @@ if ! "$PY" -c 'import cupy' 2>/dev/null; then
   say "         cupy-cuda13x for the driver's CUDA; PYTHON=path picks another interpreter)"
 fi
 
-if ! "$PY" -c 'import cxlbench.gpu, cxlbench._native' 2>/dev/null; then
+if ! native_ok; then
   if "$PY" -m pip install --no-build-isolation --no-deps -q -e . > "$OUT/install.log" 2>&1 \
-      && "$PY" -c 'import cxlbench.gpu, cxlbench._native' 2>/dev/null; then
+      && native_ok; then
     say "installed cxlbench (editable, no dependencies fetched)"
   else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-    if "$PY" setup.py build_ext --inplace > "$OUT/build.log" 2>&1 \
-        && "$PY" -c 'import cxlbench._native' 2>/dev/null; then
+    if "$PY" setup.py build_ext --inplace > "$OUT/build.log" 2>&1 && native_ok; then
       say "cxlbench from the source tree, C core built in place"
     else
       # setuptools older than pyproject.toml asks for cannot even read it: compile directly
       EXT=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
       INC=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-      if ${CC:-cc} -O2 -std=gnu11 -fPIC -shared -pthread -Icxlbench/_native -I"$INC" \
-           cxlbench/_native/*.c -o "cxlbench/_native$EXT" >> "$OUT/build.log" 2>&1 \
-          && "$PY" -c 'import cxlbench._native' 2>/dev/null; then
-        say "cxlbench from the source tree, C core compiled in place with ${CC:-cc}"
+      CC=${CC:-$(command -v cc || command -v gcc || echo cc)}
+      if $CC -O2 -std=gnu11 -fPIC -shared -pthread -Icxlbench/_native -I"$INC" \
+           cxlbench/_native/*.c -o "cxlbench/_native$EXT" >> "$OUT/build.log" 2>&1 && native_ok; then
+        say "cxlbench from the source tree, C core compiled in place with $CC"
       else
         say "WARNING: the C core did not build (see $OUT/build.log): host-tier cases will be skipped"
       fi

@@ -286,6 +286,21 @@ def test_without_cupy_a_case_is_skipped_with_the_reason(env, monkeypatch):
                           "load": "ca"}, env)
 
 
+
+def test_an_unbuilt_c_core_is_a_skip_not_a_crash(env, fake, monkeypatch):
+    # without the extension module, its source folder cxlbench/_native/ still imports
+    # (an empty namespace package): host buffers must say the C core is not built
+    import sys
+    import types
+
+    import cxlbench
+    empty = types.ModuleType("cxlbench._native")
+    monkeypatch.setitem(sys.modules, "cxlbench._native", empty)
+    monkeypatch.setattr(cxlbench, "_native", empty, raising=False)
+    with pytest.raises(Skip, match="C core"):
+        run(gpu_bandwidth, bw("h2d"), env, "ddr0", "ddr")
+    assert fake.ranges == []
+
 def test_a_placement_refusal_becomes_a_skip(env, fake):
     env.tiers["ddr9"] = Tier("ddr9", "ddr", node=9)          # a node this machine does not have
     p = {"pattern": "random", "stride_bytes": 64, "working_set_bytes": 1 << 20, "load": "cv", "page": "4k"}

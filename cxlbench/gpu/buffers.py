@@ -57,7 +57,10 @@ class PageableHost:
 
     def __init__(self, nbytes: int, node: int, page: str = "4k"):
         try:
-            from cxlbench import _native  # noqa: F401 - the placement layer's system calls
+            from cxlbench import _native  # the placement layer's system calls
+            if not getattr(_native, "__file__", None):
+                # the source folder cxlbench/_native/ imports as an empty namespace package
+                raise ImportError("only its C sources were found")
         except ImportError as e:
             raise Unavailable(f"the C core (cxlbench._native) is not built here ({e}), so host "
                               f"buffers cannot be placed on a node; build it with `python setup.py "
