@@ -141,21 +141,23 @@ def test_kernel_arguments_are_converted_to_exact_types_and_counted():
 
 
 def _nvrtc():
-    for name in ("libnvrtc.so.12", "libnvrtc.so", ctypes.util.find_library("nvrtc")):
+    for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", ctypes.util.find_library("nvrtc")):
         if name:
             try:
                 return ctypes.CDLL(name)
             except OSError:
                 pass
-    try:                                                    # the pip wheel's copy
-        import nvidia.cuda_nvrtc
+    try:                    # the pip wheels' copies: nvidia/cuda_nvrtc/lib (12), nvidia/cu13/lib (13)
         import glob
         import os
-        for path in glob.glob(os.path.join(list(nvidia.cuda_nvrtc.__path__)[0], "lib", "libnvrtc.so*")):
-            try:
-                return ctypes.CDLL(path)
-            except OSError:
-                pass
+
+        import nvidia
+        for root in list(nvidia.__path__):
+            for path in sorted(glob.glob(os.path.join(root, "*", "lib", "libnvrtc.so*")), reverse=True):
+                try:
+                    return ctypes.CDLL(path)
+                except OSError:
+                    pass
     except ImportError:
         pass
     return None
