@@ -181,3 +181,20 @@ def test_interference_turns_only_faster_and_slower_into_inconclusive():
     assert discount_interference(change("slower"), 0.95, 0.93).verdict == "slower"
     assert discount_interference(change("same"), 0.5, 0.5).verdict == "same"
     assert discount_interference(change("slower"), float("nan"), 1.0).verdict == "slower"
+
+
+def test_a_run_whose_repetitions_flip_between_states_cannot_call_a_change():
+    from cxlbench.analysis.stats import Change, discount_instability, spread
+    def change(verdict, threshold=0.05):
+        return Change(2.0, 1.4, 6.0, verdict, 0.5, threshold, "lower", 5, 5)
+    bimodal = [85.5, 20.3, 19.4, 22.3, 86.9]        # a 12 MiB chase at a shared L3's size, one VM run
+    steady = [110.2, 112.4, 108.1, 111.0, 109.5]
+    assert spread(bimodal) > 4 and spread([100, 101, 99, 100.5, 100.2]) < 1.02
+    held = discount_instability(change("slower"), bimodal, steady)
+    assert held.verdict == "inconclusive" and held.note.startswith("unstable: the baseline run")
+    assert discount_instability(change("faster"), steady, bimodal).note.startswith("unstable: the current run")
+    # the limit scales with the threshold: 1.24x spread is unstable at 5%, not at 10%
+    wide = [181.6, 214.3, 191.5, 188.7, 239.2]
+    assert discount_instability(change("slower"), wide, steady).verdict == "inconclusive"
+    assert discount_instability(change("slower", 0.10), wide, steady).verdict == "slower"
+    assert discount_instability(change("same"), bimodal, steady).verdict == "same"

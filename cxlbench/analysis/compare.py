@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis import machine as machine_mod
-from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discount_interference,
-                                     judge, ratio_ci)
+from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discount_instability,
+                                     discount_interference, judge, ratio_ci)
 from cxlbench.analysis.summary import axis_columns, point_id, points, repetitions
 from cxlbench.analysis.thresholds import Thresholds, load_thresholds
 from cxlbench.results.store import Run, load_run
@@ -309,8 +309,8 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
             thr = th.for_case(bench, metric)
             better = str(r["better_b"]) if str(r["better_b"]) in ("lower", "higher") else "lower"
             rat = ratio_ci(bv, cv, confidence, th.noise_for(bench))
-            ch = discount_interference(judge(rat, better, thr), held.get((0, r["point_b"]), 1.0),
-                                       held.get((i, r["point_c"]), 1.0))
+            ch = discount_instability(judge(rat, better, thr), bv, cv)
+            ch = discount_interference(ch, held.get((0, r["point_b"]), 1.0), held.get((i, r["point_c"]), 1.0))
             note = ch.note
             if str(r["better_c"]) != better:
                 ch, note = judge(ratio_ci([], []), better, thr), "the runs disagree on the direction"

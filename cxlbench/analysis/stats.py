@@ -313,6 +313,42 @@ def discount_interference(change: Change, held_base: float, held_cur: float,
     return replace(change, verdict=INCONCLUSIVE, note=note)
 
 
+#: A run whose repetitions spread (90th / 10th percentile) wider than 1 + this
+#: many thresholds is unstable: the machine's state changed within the run.
+UNSTABLE_THRESHOLDS = 4.0
+
+
+def spread(values) -> float:
+    """90th over 10th percentile of the repetitions (for 5 values, close to max/min
+    without being all max/min): how far apart one run's processes landed."""
+    x = clean(values)
+    if x.size < 3 or np.min(x) <= 0:
+        return math.nan
+    lo, hi = np.quantile(x, [0.1, 0.9])
+    return float(hi / lo)
+
+
+def discount_instability(change: Change, base_values, cur_values,
+                         limit: float = UNSTABLE_THRESHOLDS) -> Change:
+    """A faster/slower verdict becomes inconclusive when either run's repetitions spread
+    wider than 1 + limit × threshold. Such a case flips between states from process to
+    process (a working set at a shared cache's size, say, whose fit depends on what
+    other tenants hold); how often it lands in each drifts with time, so a difference
+    between two runs can be the machine's drift and the t interval, which assumes one
+    fixed distribution per run, cannot tell. same/inconclusive verdicts stand."""
+    if change.verdict not in (FASTER, SLOWER):
+        return change
+    widest = 1.0 + limit * change.threshold
+    for which, values in (("baseline", base_values), ("current", cur_values)):
+        s = spread(values)
+        if s > widest:
+            x = clean(values)
+            note = (f"unstable: the {which} run's repetitions span {np.min(x):.4g}-{np.max(x):.4g} "
+                    f"(10-90% spread {s:.2f}x > {widest:.2f}x); {change.verdict} not called")
+            return replace(change, verdict=INCONCLUSIVE, note=note)
+    return change
+
+
 def minimum_detectable_effect(se_log: float, df: float, threshold: float,
                               confidence: float = CONFIDENCE, power: float = POWER) -> float:
     """Smallest relative change the comparison catches with probability `power`."""
