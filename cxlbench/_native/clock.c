@@ -1,6 +1,7 @@
 /* Time and CPU affinity. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
@@ -13,14 +14,18 @@ uint64_t cb_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-double cb_span_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads)
+void cb_pass_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads, int passes,
+                     double *seconds_out)
 {
-    uint64_t first = UINT64_MAX, last = 0;
-    for (size_t i = 0; i < nthreads; i++) {
-        first = start[i] < first ? start[i] : first;
-        last = end[i] > last ? end[i] : last;
+    for (int it = 0; it < passes; it++) {
+        const uint64_t *s = start + (size_t)it * nthreads, *e = end + (size_t)it * nthreads;
+        uint64_t first = UINT64_MAX, last = 0;
+        for (size_t i = 0; i < nthreads; i++) {
+            first = s[i] < first ? s[i] : first;
+            last = e[i] > last ? e[i] : last;
+        }
+        seconds_out[it] = (double)(last - first) * 1e-9;
     }
-    return (double)(last - first) * 1e-9;
 }
 
 int cb_pin_self(const int *cpus, size_t ncpus)
@@ -34,4 +39,17 @@ int cb_pin_self(const int *cpus, size_t ncpus)
     }
     /* pid 0: the calling thread only, not the whole process. */
     return sched_setaffinity(0, sizeof set, &set) == 0 ? 0 : errno;
+}
+
+int cb_start_pinned(pthread_t *tid, int cpu, void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_attr_init(&attr);
+    pthread_attr_setaffinity_np(&attr, sizeof set, &set);   /* starts on its CPU */
+    int err = pthread_create(tid, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    return err;
 }

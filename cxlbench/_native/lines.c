@@ -152,14 +152,7 @@ int cb_lines(const struct cb_line_op *op, uintptr_t buf, size_t bytes, const int
         t->id = i;
         t->lo = buf + lo * CB_LINE;
         t->hi = buf + hi * CB_LINE;
-        pthread_attr_t attr;
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpus[i], &set);
-        pthread_attr_init(&attr);
-        pthread_attr_setaffinity_np(&attr, sizeof set, &set);
-        err = pthread_create(&t->tid, &attr, lines_worker, t);
-        pthread_attr_destroy(&attr);
+        err = cb_start_pinned(&t->tid, cpus[i], lines_worker, t);
         if (err)
             break;
         created++;
@@ -173,17 +166,14 @@ int cb_lines(const struct cb_line_op *op, uintptr_t buf, size_t bytes, const int
         pthread_join(threads[i].tid, NULL);
 
     if (!err) {
-        for (int it = 0; it < iterations; it++) {
-            seconds_out[it] = cb_span_seconds(x.start + (size_t)it * nthreads,
-                                              x.end + (size_t)it * nthreads, nthreads);
-            if (cpu_seconds_out) {
-                uint64_t most = 0;
-                for (size_t i = 0; i < nthreads; i++) {
-                    uint64_t c = x.cpu[(size_t)it * nthreads + i];
-                    most = c > most ? c : most;
-                }
-                cpu_seconds_out[it] = (double)most * 1e-9;
+        cb_pass_seconds(x.start, x.end, nthreads, iterations, seconds_out);
+        for (int it = 0; cpu_seconds_out && it < iterations; it++) {
+            uint64_t most = 0;
+            for (size_t i = 0; i < nthreads; i++) {
+                uint64_t c = x.cpu[(size_t)it * nthreads + i];
+                most = c > most ? c : most;
             }
+            cpu_seconds_out[it] = (double)most * 1e-9;
         }
         if (sum_out) {
             uint64_t sum = 0;

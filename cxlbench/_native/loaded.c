@@ -197,19 +197,6 @@ static void *chase_worker(void *arg)
     return NULL;
 }
 
-static int start_pinned(pthread_t *tid, int cpu, void *(*fn)(void *), void *arg)
-{
-    pthread_attr_t attr;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    pthread_attr_init(&attr);
-    pthread_attr_setaffinity_np(&attr, sizeof set, &set);
-    int err = pthread_create(tid, &attr, fn, arg);
-    pthread_attr_destroy(&attr);
-    return err;
-}
-
 int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct cb_line_op *op,
               uintptr_t load_buf, size_t load_bytes, const int *load_cpus, size_t nload,
               uint64_t delay, uint64_t warmup_ns, uint64_t duration_ns, uint64_t limit_ns,
@@ -250,7 +237,7 @@ int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct
         t->lo = load_buf + i * nlines / nload * CB_LINE;
         t->hi = load_buf + (i + 1) * nlines / nload * CB_LINE;
         t->sum = 0;
-        err = start_pinned(&t->tid, load_cpus[i], load_worker, t);
+        err = cb_start_pinned(&t->tid, load_cpus[i], load_worker, t);
         if (err)
             break;
         created++;
@@ -258,7 +245,7 @@ int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct
     pthread_t chase_tid;
     int chase_started = 0;
     if (!err) {
-        err = start_pinned(&chase_tid, chase_cpu, chase_worker, &x);
+        err = cb_start_pinned(&chase_tid, chase_cpu, chase_worker, &x);
         chase_started = err == 0;
     }
     pthread_mutex_lock(&x.lock);

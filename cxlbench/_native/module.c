@@ -35,6 +35,37 @@ static int conv_size(PyObject *o, void *out)
     return 1;
 }
 
+static PyObject *seconds_list(const double *seconds, int n)
+{
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *v = PyFloat_FromDouble(seconds[i]);
+        if (!v) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, v);
+    }
+    return list;
+}
+
+_Static_assert(sizeof(uintptr_t) == sizeof(size_t), "addresses travel as size_t");
+
+static PyObject *sizes_list(const size_t *values, size_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *v = PyLong_FromSize_t(values[i]);
+        if (!v) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
+}
+
+
 /* A sequence of ints into a new C array (PyMem_Free it). */
 static int int_array(PyObject *seq, const char *what, int **out, size_t *n)
 {
@@ -305,16 +336,7 @@ static PyObject *py_chase_init(PyObject *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     if (err)
         return OS_FAIL(err, "chase_init: %s", strerror(err));
-    PyObject *list = PyList_New((Py_ssize_t)chains);
-    for (size_t c = 0; list && c < chains; c++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(heads[c]);
-        if (!v) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)c, v);
-    }
-    return list;
+    return sizes_list((const size_t *)heads, chains);
 }
 
 static PyObject *py_chase_run(PyObject *self, PyObject *args, PyObject *kw)
@@ -369,15 +391,7 @@ static PyObject *py_chase_order(PyObject *self, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_ValueError, "chase_order: step %zu leads outside the "
                             "%zu-byte buffer", count, length);
     }
-    PyObject *list = PyList_New((Py_ssize_t)count);
-    for (size_t i = 0; list && i < count; i++) {
-        PyObject *v = PyLong_FromSize_t(offsets[i]);
-        if (!v) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
-    }
+    PyObject *list = sizes_list(offsets, count);
     PyMem_Free(offsets);
     return list;
 }
@@ -457,15 +471,7 @@ static PyObject *py_stream(PyObject *self, PyObject *args, PyObject *kw)
         PyMem_Free(seconds);
         return NULL;
     }
-    PyObject *list = PyList_New(iterations);
-    for (int i = 0; list && i < iterations; i++) {
-        PyObject *v = PyFloat_FromDouble(seconds[i]);
-        if (!v) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, i, v);
-    }
+    PyObject *list = seconds_list(seconds, iterations);
     PyMem_Free(seconds);
     return list;
 }
@@ -657,19 +663,6 @@ static int check_line_op(const struct cb_line_op *op)
     return 0;
 }
 
-static PyObject *seconds_list(const double *seconds, int n)
-{
-    PyObject *list = PyList_New(n);
-    for (int i = 0; list && i < n; i++) {
-        PyObject *v = PyFloat_FromDouble(seconds[i]);
-        if (!v) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, i, v);
-    }
-    return list;
-}
 
 /* lines() and lines_check(): parse, run, 0 or -1 with an exception set. */
 static int run_lines(PyObject *args, PyObject *kw, const char *fmt, int *iterations,

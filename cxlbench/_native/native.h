@@ -8,15 +8,20 @@
 #ifndef CXLBENCH_NATIVE_H
 #define CXLBENCH_NATIVE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* ---- clock.c: time and CPU affinity ------------------------------------ */
 
 uint64_t cb_now_ns(void);                          /* CLOCK_MONOTONIC, ns */
-/* One pass of threads started together: first thread's start to last thread's end. */
-double cb_span_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads);
+/* Threads started together, `passes` times: start/end hold passes rows of nthreads
+ * stamps; a pass lasts from its first thread's start to its last thread's end. */
+void cb_pass_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads, int passes,
+                     double *seconds_out);
 int cb_pin_self(const int *cpus, size_t ncpus);    /* sched_setaffinity(calling thread) */
+/* pthread_create on one CPU from the first instruction; 0 or an errno value. */
+int cb_start_pinned(pthread_t *tid, int cpu, void *(*fn)(void *), void *arg);
 
 /* ---- numa.c: mappings, memory policy, where pages are ------------------ */
 

@@ -194,14 +194,7 @@ int cb_stream(enum cb_kernel kernel, double *a, double *b, double *c, size_t n,
         t->lo = i * chunk < n ? i * chunk : n;
         t->hi = (i + 1) * chunk < n ? (i + 1) * chunk : n;
 
-        pthread_attr_t attr;
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpus[i], &set);
-        pthread_attr_init(&attr);
-        pthread_attr_setaffinity_np(&attr, sizeof set, &set);   /* starts on its CPU */
-        err = pthread_create(&t->tid, &attr, stream_worker, t);
-        pthread_attr_destroy(&attr);
+        err = cb_start_pinned(&t->tid, cpus[i], stream_worker, t);
         if (err)
             break;
         created++;
@@ -211,10 +204,7 @@ int cb_stream(enum cb_kernel kernel, double *a, double *b, double *c, size_t n,
         pthread_join(threads[i].tid, NULL);
 
     if (!err) {
-        for (int it = 0; it < iterations; it++) {
-            seconds_out[it] = cb_span_seconds(x.start + (size_t)it * nthreads,
-                                              x.end + (size_t)it * nthreads, nthreads);
-        }
+        cb_pass_seconds(x.start, x.end, nthreads, iterations, seconds_out);
         if (sum_out) {
             double sum = 0;
             for (size_t i = 0; i < nthreads; i++)
