@@ -151,3 +151,14 @@ def test_a_process_that_dies_fails_its_case_and_keeps_what_the_others_measured(t
     assert sorted(kept["repetition"]) == [0, 1]
     assert stored.meta["cases"][0]["status"] == "failed"
 
+
+
+def test_a_checkout_without_the_c_core_is_one_clear_line(tmp_path, monkeypatch):
+    import types
+    from cxlbench.runner.suite import SuiteError
+    empty = types.ModuleType("cxlbench._native")      # what the source folder imports as, unbuilt
+    empty.__file__ = None
+    monkeypatch.setitem(sys.modules, "cxlbench._native", empty)
+    with pytest.raises(SuiteError, match="C core .* is not built: run `make setup`"):
+        run(RunConfig(suite_file(tmp_path, ["ok"]), out=str(tmp_path / "r")))
+    assert not (tmp_path / "r").exists()                 # nothing half-written

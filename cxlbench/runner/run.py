@@ -78,7 +78,18 @@ def versions() -> dict[str, str]:
     return found
 
 
+def _native_built() -> None:
+    """cxlbench/_native/ holds the C sources, so without the compiled module
+    `import cxlbench._native` still succeeds (an empty namespace package) and every
+    case would fail on a missing attribute. Say so once, before anything runs."""
+    from importlib import import_module
+    if getattr(import_module("cxlbench._native"), "__file__", None) is None:
+        raise SuiteError("the C core (cxlbench._native) is not built: run `make setup`, "
+                         "or `pip install -e .` in this checkout")
+
+
 def run(config: RunConfig) -> RunOutcome:
+    _native_built()
     suite = load_suite(config.suite)
     if config.time_budget_s is not None:
         suite["time_budget_s"] = config.time_budget_s
