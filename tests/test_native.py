@@ -6,6 +6,8 @@ import array
 import ctypes
 import errno
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -193,6 +195,40 @@ def test_stream_times_every_iteration_and_keeps_values(mapping):
                              iterations=7, scalar=SCALAR)
     assert len(seconds) == 7 and all(isinstance(s, float) and s > 0 for s in seconds)
     np.testing.assert_array_equal(a, b0 + SCALAR * c0)
+
+
+def test_stream_held_is_each_iterations_least_share_of_cpu(mapping):
+    n = 1 << 20
+    ptr = {k: mapping(n * 8) for k in "abc"}
+    seconds, held = _native.stream("triad", ptr["a"], ptr["b"], ptr["c"], n * 8, CPUS[:2],
+                                   iterations=5, held=True)
+    assert len(seconds) == len(held) == 5
+    assert all(isinstance(h, float) and 0 < h <= 1 for h in held)   # barrier waits are not "lost"
+    plain = _native.stream("read", ptr["a"], 0, 0, n * 8, CPUS[:2], iterations=2)
+    assert isinstance(plain, list) and len(plain) == 2              # without held: as before
+
+
+def test_stream_held_sees_another_process_on_its_cpu(mapping):
+    """A busy loop pinned to the stream thread's CPU: the two take turns on it, so
+    the passes it interrupts held their CPU for well under their wall time."""
+    cpu = CPUS[0]
+    n = 16 << 20                    # 128 MiB: passes of several ms, some sharing the CPU
+    addr = mapping(n * 8)
+    _native.fault_in(addr, n * 8, PAGE)
+    busy = subprocess.Popen(
+        [sys.executable, "-c", "import os, time\n"
+         f"os.sched_setaffinity(0, {{{cpu}}}); print('ready', flush=True)\n"
+         "end = time.monotonic() + 30\n"
+         "while time.monotonic() < end: pass"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert busy.stdout.readline().strip() == "ready"
+        _, held = _native.stream("read", addr, 0, 0, n * 8, [cpu], iterations=10, held=True)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert all(0 < h <= 1 for h in held)
+    assert min(held) < 0.8, held
 
 
 def test_stream_kernel_table_counts_bytes_like_stream():

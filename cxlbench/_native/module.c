@@ -401,7 +401,7 @@ static PyObject *py_chase_order(PyObject *self, PyObject *args, PyObject *kw)
 /* Shared by stream() and stream_check(): parse, run, return 0 or -1 with an exception. */
 static int run_stream(const char *kname, uintptr_t a, uintptr_t b, uintptr_t c,
                       size_t array_bytes, PyObject *cpus_obj, int nt, int iterations,
-                      double scalar, double *seconds, double *sum)
+                      double scalar, double *seconds, double *held, double *sum)
 {
     int k = -1;
     for (int i = 0; i < CB_NKERNELS; i++)
@@ -436,7 +436,7 @@ static int run_stream(const char *kname, uintptr_t a, uintptr_t b, uintptr_t c,
     Py_BEGIN_ALLOW_THREADS
     err = cb_stream((enum cb_kernel)k, (double *)a, (double *)b, (double *)c,
                     array_bytes / sizeof(double), cpus, ncpus, nt, iterations, scalar, seconds,
-                    sum);
+                    held, sum);
     Py_END_ALLOW_THREADS
     PyMem_Free(cpus);
     if (err) {
@@ -450,30 +450,39 @@ static int run_stream(const char *kname, uintptr_t a, uintptr_t b, uintptr_t c,
 static PyObject *py_stream(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"kernel", "a", "b", "c", "array_bytes", "cpus", "nt",
-                             "iterations", "scalar", NULL};
+                             "iterations", "scalar", "held", NULL};
     const char *kname;
     uintptr_t a, b, c;
     size_t array_bytes;
     PyObject *cpus;
-    int nt = 0, iterations = 10;
+    int nt = 0, iterations = 10, want_held = 0;
     double scalar = 3.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO&O&O&O&O|pid:stream", kwlist, &kname,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO&O&O&O&O|pid$p:stream", kwlist, &kname,
                                      conv_addr, &a, conv_addr, &b, conv_addr, &c, conv_size,
-                                     &array_bytes, &cpus, &nt, &iterations, &scalar))
+                                     &array_bytes, &cpus, &nt, &iterations, &scalar,
+                                     &want_held))
         return NULL;
     if (iterations < 1)
         return PyErr_Format(PyExc_ValueError, "iterations must be at least 1");
-    double *seconds = PyMem_Malloc((size_t)iterations * sizeof *seconds);
+    /* one block: seconds, then (asked) held */
+    double *seconds = PyMem_Malloc((size_t)iterations * (want_held ? 2 : 1) * sizeof *seconds);
     if (!seconds)
         return PyErr_NoMemory();
-    if (run_stream(kname, a, b, c, array_bytes, cpus, nt, iterations, scalar, seconds,
+    double *held = want_held ? seconds + iterations : NULL;
+    if (run_stream(kname, a, b, c, array_bytes, cpus, nt, iterations, scalar, seconds, held,
                    NULL) < 0) {
         PyMem_Free(seconds);
         return NULL;
     }
-    PyObject *list = seconds_list(seconds, iterations);
+    PyObject *list = seconds_list(seconds, iterations), *result = list;
+    if (list && held) {
+        PyObject *held_list = seconds_list(held, iterations);
+        result = held_list ? PyTuple_Pack(2, list, held_list) : NULL;
+        Py_XDECREF(held_list);
+        Py_DECREF(list);
+    }
     PyMem_Free(seconds);
-    return list;
+    return result;
 }
 
 static PyObject *py_stream_check(PyObject *self, PyObject *args, PyObject *kw)
@@ -490,7 +499,7 @@ static PyObject *py_stream_check(PyObject *self, PyObject *args, PyObject *kw)
                                      conv_addr, &a, conv_addr, &b, conv_addr, &c, conv_size,
                                      &array_bytes, &cpus, &nt, &scalar))
         return NULL;
-    if (run_stream(kname, a, b, c, array_bytes, cpus, nt, 1, scalar, &seconds, &sum) < 0)
+    if (run_stream(kname, a, b, c, array_bytes, cpus, nt, 1, scalar, &seconds, NULL, &sum) < 0)
         return NULL;
     return PyFloat_FromDouble(sum);
 }
@@ -928,11 +937,18 @@ static PyMethodDef methods[] = {
      "chain returns to it (or max_steps);\n"
      "length != 0 checks every pointer stays inside the buffer (ValueError if not)."},
     {"stream", KW py_stream, METH_VARARGS | METH_KEYWORDS,
-     "stream(kernel, a, b, c, array_bytes, cpus, nt=False, iterations=10, scalar=3.0)\n"
-     "    -> seconds per iteration\n"
+     "stream(kernel, a, b, c, array_bytes, cpus, nt=False, iterations=10, scalar=3.0,\n"
+     "       *, held=False) -> seconds per iteration, or (seconds, held) with held=True\n"
      "kernel: read (sum a), write (a=s), copy (c=a), scale (b=s*c), add (c=a+b),\n"
      "triad (a=b+s*c) on arrays of array_bytes // 8 doubles (0 for an unused array).\n"
-     "One thread per entry of cpus, pinned, contiguous slices; nt: non-temporal stores."},
+     "One thread per entry of cpus, pinned, contiguous slices; nt: non-temporal stores.\n"
+     "Every iteration starts at a barrier; its seconds run from the first thread leaving\n"
+     "it to the last finishing. held=True also returns, per iteration, the least over\n"
+     "threads of the share of the thread's own kernel interval (its start and end stamps)\n"
+     "that it held its CPU: its thread CPU clock over that interval, at most 1. Waiting\n"
+     "at the barrier is outside the interval, so it does not count as lost; another\n"
+     "process or the hypervisor taking the CPU mid-kernel does. (A thread kept off its\n"
+     "CPU between the barrier and its start stamp lengthens the iteration unseen.)"},
     {"stream_check", KW py_stream_check, METH_VARARGS | METH_KEYWORDS,
      "stream_check(kernel, a, b, c, array_bytes, cpus, nt=False, scalar=3.0) -> float\n"
      "One iteration through the same threaded path; returns the read kernel's sum\n"

@@ -19,6 +19,13 @@ uint64_t cb_now_ns(void);                          /* CLOCK_MONOTONIC, ns */
  * stamps; a pass lasts from its first thread's start to its last thread's end. */
 void cb_pass_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads, int passes,
                      double *seconds_out);
+/* CLOCK_THREAD_CPUTIME_ID of the calling thread, ns: time it really held a CPU
+ * (on a guest with steal-time accounting, less what the hypervisor took); 0 on error. */
+uint64_t cb_thread_cpu_ns(void);
+/* Same rows, with cpu[] each thread's CPU time over its own [start, end]:
+ * held_out[pass] = min over threads of cpu / (end - start), at most 1. */
+void cb_pass_held(const uint64_t *start, const uint64_t *end, const uint64_t *cpu,
+                  size_t nthreads, int passes, double *held_out);
 int cb_pin_self(const int *cpus, size_t ncpus);    /* sched_setaffinity(calling thread) */
 /* pthread_create on one CPU from the first instruction; 0 or an errno value. */
 int cb_start_pinned(pthread_t *tid, int cpu, void *(*fn)(void *), void *arg);
@@ -92,10 +99,13 @@ extern const struct cb_kernel_info cb_kernels[CB_NKERNELS];
 /* Run `kernel` over n doubles with one thread per entry of cpus (each pinned,
  * each owning a contiguous slice), `iterations` times; seconds_out[i] = time
  * from the barrier's release to the last thread finishing iteration i.
+ * held_out (may be NULL): held_out[i] = the least, over threads, of the share
+ * of its own kernel interval in iteration i that the thread held its CPU (its
+ * thread CPU clock over its wall stamps; the barrier wait is outside both), 1 at most.
  * sum_out (may be NULL) gets the read kernel's sum of the last iteration. */
 int cb_stream(enum cb_kernel kernel, double *a, double *b, double *c, size_t n,
               const int *cpus, size_t nthreads, int nt, int iterations, double scalar,
-              double *seconds_out, double *sum_out);
+              double *seconds_out, double *held_out, double *sum_out);
 /* Which vector code cb_stream uses on this CPU: "avx2", "sse2" or "generic". */
 const char *cb_stream_isa(void);
 

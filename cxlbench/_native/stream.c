@@ -1,7 +1,9 @@
 /* Streaming kernels (STREAM's copy/scale/add/triad plus read and write) run
  * by one pinned thread per CPU, each over its own contiguous slice. Every
  * iteration starts at a barrier; its time runs from the earliest thread
- * leaving the barrier to the last thread finishing. */
+ * leaving the barrier to the last thread finishing. Asked, each thread also
+ * reads its CPU clock around its own kernel interval, so what share of it the
+ * thread really held its CPU is known without counting the barrier waits. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -103,6 +105,7 @@ struct stream_ctx {
     int go, abort;
     pthread_barrier_t barrier;      /* starts every iteration */
     uint64_t *start, *end;          /* [iteration * nthreads + thread], ns */
+    uint64_t *cpu;                  /* same shape: the thread's CPU time over it; NULL: not asked */
     double *sums;                   /* [thread]: read kernel's sum, last iteration */
 };
 
@@ -132,12 +135,18 @@ static void *stream_worker(void *arg)
     double sum = 0;
     for (int it = 0; it < x->iterations; it++) {
         pthread_barrier_wait(&x->barrier);
+        /* CPU clock outside the wall stamps: the timed interval stays as it was. */
+        uint64_t c0 = x->cpu ? cb_thread_cpu_ns() : 0;
         uint64_t t0 = cb_now_ns();
         sum = x->fn(x->kernel, at(x->a, t->lo), at(x->b, t->lo), at(x->c, t->lo),
                     t->hi - t->lo, x->scalar, x->nt);
         uint64_t t1 = cb_now_ns();
-        x->start[(size_t)it * x->nthreads + t->id] = t0;
-        x->end[(size_t)it * x->nthreads + t->id] = t1;
+        uint64_t c1 = x->cpu ? cb_thread_cpu_ns() : 0;
+        size_t slot = (size_t)it * x->nthreads + t->id;
+        x->start[slot] = t0;
+        x->end[slot] = t1;
+        if (x->cpu)
+            x->cpu[slot] = c1 - c0;
     }
     x->sums[t->id] = sum;
     return NULL;
@@ -154,7 +163,7 @@ static void open_gate(struct stream_ctx *x, int abort)
 
 int cb_stream(enum cb_kernel kernel, double *a, double *b, double *c, size_t n,
               const int *cpus, size_t nthreads, int nt, int iterations, double scalar,
-              double *seconds_out, double *sum_out)
+              double *seconds_out, double *held_out, double *sum_out)
 {
     if ((unsigned)kernel >= CB_NKERNELS || nthreads == 0 || iterations <= 0)
         return EINVAL;
@@ -173,8 +182,10 @@ int cb_stream(enum cb_kernel kernel, double *a, double *b, double *c, size_t n,
     x.start = calloc((size_t)iterations * nthreads, sizeof *x.start);
     x.end = calloc((size_t)iterations * nthreads, sizeof *x.end);
     x.sums = calloc(nthreads, sizeof *x.sums);
+    if (held_out)
+        x.cpu = calloc((size_t)iterations * nthreads, sizeof *x.cpu);
     int err = 0;
-    if (!threads || !x.start || !x.end || !x.sums) {
+    if (!threads || !x.start || !x.end || !x.sums || (held_out && !x.cpu)) {
         err = ENOMEM;
         goto out_free;
     }
@@ -205,6 +216,8 @@ int cb_stream(enum cb_kernel kernel, double *a, double *b, double *c, size_t n,
 
     if (!err) {
         cb_pass_seconds(x.start, x.end, nthreads, iterations, seconds_out);
+        if (held_out)
+            cb_pass_held(x.start, x.end, x.cpu, nthreads, iterations, held_out);
         if (sum_out) {
             double sum = 0;
             for (size_t i = 0; i < nthreads; i++)
@@ -219,6 +232,7 @@ out_free:
     free(threads);
     free(x.start);
     free(x.end);
+    free(x.cpu);
     free(x.sums);
     return err;
 }
