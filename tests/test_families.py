@@ -84,7 +84,19 @@ def test_bandwidth_keeps_every_iteration_of_every_repetition(here):
     samples = bandwidth.measure(case, here, {})
     assert [(s.repetition, s.params["iteration"]) for s in samples] == [(r, i) for r in range(2) for i in range(3)]
     assert all(s.params["page_bytes"] == 4096 and s.value > 0 for s in samples)
-    assert all(0 < s.params["cpu_held"] <= 1 for s in samples)       # one thread: no barrier waits
+    assert all(0 < s.params["cpu_held"] <= 1 for s in samples)
+
+
+def test_bandwidth_records_cpu_held_with_several_threads(here):
+    case = Case("bandwidth", "cpu:node0", "ddr0", "ddr",
+                {"kernel": "copy", "threads": 2, "nt": False, "page": "4k",
+                 "array_bytes": 4 << 20, "iterations": 3}, repetitions=2, warmup=1)
+    info: dict = {}
+    samples = bandwidth.measure(case, here, info)
+    assert len(samples) == 6
+    assert all(0 < s.params["cpu_held"] <= 1 for s in samples)       # barrier waits are not "lost"
+    for rep in (0, 1):      # one figure per repetition: its least iteration's
+        assert len({s.params["cpu_held"] for s in samples if s.repetition == rep}) == 1
 
 
 def test_cpu_held_counts_waiting_as_not_held():

@@ -152,3 +152,20 @@ def test_restoring_reports_a_setting_the_kernel_refuses(tmp_path):
     (d / "auto").mkdir()                        # cannot be written, as ENODEV cannot
     failed = il.restore_kernel_weights({"node0": "1", "auto": "true"}, str(tmp_path))
     assert len(failed) == 1 and failed[0].startswith("auto=true")
+
+
+def test_bandwidth_probe_records_cpu_held_with_several_threads():
+    """As the bandwidth family: each repetition's least per-iteration share of CPU
+    held, from the threads' own CPU clocks (barrier waits are not counted as lost)."""
+    from cxlbench.benchmarks import interleave
+    from cxlbench.results.schema import Case
+    from cxlbench.runner.run import build_env
+    params = {"probe": "bandwidth", "kernel": "copy", "threads": 2, "ddr_weight": 50,
+              "array_bytes": 4 << 20, "iterations": 3, "ddr": "ddr0", "far": "ddr0",
+              "page": "4k", "method": "auto"}
+    samples = interleave.measure(Case("interleave", "cpu:node0", "ddr0+ddr0", "interleave",
+                                      params, 2, 1), build_env("/", []), {})
+    assert [s.metric for s in samples] == ["bandwidth_GBps"] * 6
+    assert all(0 < s.params["cpu_held"] <= 1 for s in samples)
+    for rep in (0, 1):
+        assert len({s.params["cpu_held"] for s in samples if s.repetition == rep}) == 1

@@ -166,9 +166,10 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
                 if case.warmup:
                     _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"], threads,
                                    False, case.warmup)
-                times = _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"],
-                                       threads, False, p["iterations"])
-                found = {"page_bytes": bufs[0].page_bytes_found, "huge_coverage": bufs[0].huge_coverage}
+                times, held = _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"],
+                                             threads, False, p["iterations"], held=True)
+                found = {"page_bytes": bufs[0].page_bytes_found, "huge_coverage": bufs[0].huge_coverage,
+                         "cpu_held": round(min(held), 4)}     # as bandwidth's
                 _record(info, bufs[0])
             finally:
                 for x in bufs:
