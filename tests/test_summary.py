@@ -30,3 +30,25 @@ def test_storage_lines_for_an_nvme_tier():
     text = tier_summary(frame)
     assert "QD1, p50 latency" in text and "60.0 us [50.0-70.0]" in text
     assert "peak IOPS (QD32)" in text and "80000 IO/s" in text
+
+
+def test_training_lines_tokens_over_steps_loss_and_where_adamw_state_lives():
+    def steps(values, metric, **extra):
+        return [{"benchmark": "training", "initiator": "cpu:node0", "mode": "train", "config": "tiny",
+                 "compute": "cpu", "metric": metric, "value": v, "repetition": 0, "iteration": i, **extra}
+                for i, v in enumerate(values)]
+    opt = rows(benchmark="training", initiator="cpu:node0", mode="optimizer", metric="params_per_s")
+    frame = pd.DataFrame(
+        steps([900, 1000, 1100], "tokens_per_s", case_id="t", target="ddr0", engine="offload")
+        + steps([5.0, 4.2, 3.1], "loss", case_id="t", target="ddr0", engine="offload")
+        + opt([1.0e9, 1.2e9, 1.1e9], case_id="o1", target="ddr0", impl="fused", threads=1)
+        + opt([3.0e8, 3.1e8, 3.2e8], case_id="o1", target="ddr0", impl="foreach", threads=1)
+        + opt([6e7, 7e7, 8e7], case_id="o2", target="nvme0", impl="fused", io="nvme", threads=1)
+        + opt([3e9, 3e9, 3e9], case_id="o2", target="nvme0", impl="fused", io="memory", threads=1))
+    text = tier_summary(frame)
+    ddr, nvme = text.split("nvme0")
+    assert "training tiny, engine offload (cpu)" in ddr and "1000 tokens/s [900-1100], loss 5.00 -> 3.10" in ddr
+    assert "AdamW, state here (fused, 1 thread)" in ddr and "1100 M params/s [1000-1200]" in ddr
+    # with the state in files, the rate that counts includes the I/O, not the in-memory update
+    assert "AdamW, state in files, with I/O (fused, 1 thread)" in nvme and "70 M params/s [60-80]" in nvme
+    assert "over repetitions (training: steady steps)" in text

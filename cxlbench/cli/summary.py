@@ -68,6 +68,46 @@ def _storage(frame: pd.DataFrame, tier: str) -> list[str]:
     return lines
 
 
+def _training(frame: pd.DataFrame, tier: str) -> list[str]:
+    """Tokens/s (over the steady steps) of each training placement whose optimizer
+    state is on this tier, with its loss from the first to the last step; the CPU
+    AdamW rate with the state here (NVMe: including the file I/O)."""
+    sel = frame[(frame.benchmark == "training") & (frame.target == tier)]
+    if sel.empty or "mode" not in sel.columns:
+        return []
+    lines = []
+    for _, rows in sel[sel["mode"] == "train"].groupby("case_id", sort=False):
+        order = "iteration" if "iteration" in rows.columns else "repetition"
+        tok = rows[rows.metric == "tokens_per_s"].value
+        loss = rows[rows.metric == "loss"].sort_values(order).value
+        if tok.empty:
+            continue
+        first = rows.iloc[0]
+        text = _fmt((_spread(tok), 0), "tokens/s", 0)
+        if len(loss) > 1:
+            text += f", loss {loss.iloc[0]:.2f} -> {loss.iloc[-1]:.2f}"
+        lines.append(_line(f"training {first.get('config')}, engine {first.get('engine')} "
+                           f"({first.get('compute')})", text))
+    opt = sel[(sel["mode"] == "optimizer") & (sel.metric == "params_per_s")]
+    if "impl" in opt.columns:
+        opt = opt[opt["impl"].notna()]
+    in_files = opt[opt["io"] == "nvme"] if "io" in opt.columns else opt.iloc[0:0]
+    if not in_files.empty:
+        opt, what = in_files, "state in files, with I/O"
+    else:
+        opt = opt[opt["io"] != "memory"] if "io" in opt.columns else opt
+        what = "state here"
+    if not opt.empty:
+        rates = opt.groupby(["case_id", "impl"]).value.median()
+        case_id, impl = rates.idxmax()
+        rows = opt[(opt.case_id == case_id) & (opt["impl"] == impl)]
+        threads = rows["threads"].iloc[0] if "threads" in rows.columns else float("nan")
+        who = "all CPUs" if pd.isna(threads) else f"{int(threads)} thread" + ("s" if threads != 1 else "")
+        lines.append(_line(f"AdamW, {what} ({impl}, {who})",
+                           _fmt((_spread(rows.value / 1e6), 0), "M params/s", 0)))
+    return lines
+
+
 def _line(label: str, value: str) -> str:
     return f"  {label:<44}: {value}"
 
@@ -93,5 +133,9 @@ def tier_summary(frame: pd.DataFrame) -> str:
                 lines.append(_line(f"peak {kernel} bandwidth ({bw[1]} threads)", _fmt(bw, 'GB/s', 2)))
         if "rw" in frame.columns:
             lines.extend(_storage(frame, tier))
-    lines.append("median [min-max] over repetitions; GB/s = 10^9 bytes/s")
+        lines.extend(_training(frame, tier))
+        if lines[-1] == tier:
+            lines.append("  (no summary figure for what ran here; the report has every figure)")
+    over = "repetitions (training: steady steps)" if (frame.benchmark == "training").any() else "repetitions"
+    lines.append(f"median [min-max] over {over}; GB/s = 10^9 bytes/s")
     return "\n".join(lines)
