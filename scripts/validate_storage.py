@@ -11,8 +11,8 @@ same block size, queue depth and engine — psync at qd 1, libaio above — on
 the same CPU, time_based for the same runtime after a ramp of the same
 quarter). Who goes first alternates between rounds and between neighbouring
 configurations, so drift on the machine hits both alike; the table compares the medians over rounds. cxlbench's
-latency runs from just before submission to the reaped completion, which is
-fio's total latency (lat_ns, asked for with --lat_percentiles=1), not its clat.
+latency runs from when the I/O's slot was free to be refilled (just before the
+submission at QD1) to the reaped completion, which is fio's total latency (lat_ns, asked for with --lat_percentiles=1), not its clat.
 """
 from __future__ import annotations
 
