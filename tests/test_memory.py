@@ -243,3 +243,32 @@ def test_a_torch_tensor_can_be_verified():
     t = torch.ones(1 << 20, dtype=torch.float32)
     found = verify_on_node(t.data_ptr(), t.numel() * t.element_size(), 0)
     assert found.fraction == 1.0
+
+
+def test_resources_close_on_with_and_when_collected_never_twice():
+    import gc
+    from cxlbench.closing import Closeable, ClosedWhenCollected
+    closed = []
+
+    class Held(ClosedWhenCollected):
+        def __init__(self, name):
+            self.name, self.done = name, False
+        def close(self):
+            if not self.done:
+                self.done = True
+                closed.append(self.name)
+
+    class Device(Closeable):
+        close = Held.close
+        def __init__(self):
+            self.name, self.done = "device", False
+
+    with Held("with") as h:
+        pass
+    del h
+    Held("dropped")
+    gc.collect()
+    d = Device()
+    del d                                      # device memory is never freed by the collector
+    gc.collect()
+    assert closed == ["with", "dropped"]

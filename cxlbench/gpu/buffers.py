@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 
+from cxlbench.closing import Closeable
 from cxlbench.gpu.errors import Unavailable
 
 
@@ -27,7 +28,7 @@ def host_array(addr: int, nbytes: int, dtype="uint8", owner=None):
     return np.frombuffer(raw, dtype=dtype)
 
 
-class DeviceBuffer:
+class DeviceBuffer(Closeable):
     def __init__(self, dev, nbytes: int):
         free, _ = dev.mem_info()
         if nbytes > free:
@@ -44,14 +45,10 @@ class DeviceBuffer:
             self.dev.free(self.ptr)
             self.ptr = 0
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
-class PageableHost:
+
+class PageableHost(Closeable):
     """A host buffer on `node` with `page` pages, verified by the placement layer;
     PlacementError when it cannot be placed (the family records a skip)."""
 
@@ -87,11 +84,7 @@ class PageableHost:
     def close(self) -> None:
         self.buf.close()
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
 
 
 class PinnedHost(PageableHost):
@@ -128,7 +121,7 @@ class PinnedHost(PageableHost):
             super().close()
 
 
-class ManagedBuffer:
+class ManagedBuffer(Closeable):
     """cudaMallocManaged memory: `ptr` is valid on the host and the device."""
 
     def __init__(self, dev, nbytes: int, keep_free: float = 0.1):
@@ -149,8 +142,4 @@ class ManagedBuffer:
             self.dev.free(self.ptr)
             self.ptr = 0
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()

@@ -2,8 +2,10 @@
 whether closed, left by a `with` block, or garbage-collected."""
 from __future__ import annotations
 
+from cxlbench.closing import ClosedWhenCollected
 
-class Mapped:
+
+class Mapped(ClosedWhenCollected):
     """Mixin for a record whose `_region` is the (start, size) of its whole mapping,
     guard pages included; (0, 0) once unmapped."""
     _region: tuple[int, int]
@@ -19,15 +21,3 @@ class Mapped:
             start, size = self._region
             self._region = (0, 0)
             _native.unmap(start, size)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

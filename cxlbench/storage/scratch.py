@@ -33,6 +33,7 @@ import signal
 import threading
 from dataclasses import dataclass, field
 
+from cxlbench.closing import ClosedWhenCollected
 from cxlbench.storage.directory import StorageError
 
 PREFIX = "cxlbench-io-"
@@ -168,7 +169,7 @@ def check_space(directory: str, size: int) -> None:
 
 
 @dataclass(eq=False)
-class ScratchFile:
+class ScratchFile(ClosedWhenCollected):
     """An open test file of `size` bytes. direct: opened O_DIRECT. path: its name while it
     has one (None once unlinked). Close it, or use it as a context manager."""
     fd: int
@@ -273,14 +274,5 @@ class ScratchFile:
         self._unlink()
         os.close(self.fd)
 
-    def __enter__(self) -> "ScratchFile":
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
