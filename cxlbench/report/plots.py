@@ -20,8 +20,9 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from cxlbench.units import format_size
 
-# Okabe–Ito: distinguishable with the common colour-vision deficiencies.
-PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
+# Okabe–Ito: distinguishable with the common colour-vision deficiencies; its yellow
+# (#F0E442) is darkened to #9A8700, which a thin line on white needs to be seen.
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#9A8700"]
 STYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
