@@ -479,3 +479,27 @@ def test_state_files_of_dead_workers_are_removed(tmp_path):
         f.write_bytes(b"x")
     assert remove_stale(str(tmp_path)) == [dead.name]
     assert alive.exists() and other.exists()
+
+
+def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice():
+    """Threads split the buffer (n above the per-thread minimum, not a multiple of the
+    vector width): every element, the tail included, gets torch's update."""
+    from cxlbench import _native
+    from cxlbench.training import optimizer
+    n = (1 << 18) + 13
+    g = torch.Generator().manual_seed(3)
+    p0 = torch.randn(n, generator=g)
+    grads = [torch.randn(n, generator=g) for _ in range(4)]
+    out = {}
+    for impl in ("forloop", "native"):
+        p, m, v = p0.clone(), torch.zeros(n), torch.zeros(n)
+        steps = [torch.zeros((), dtype=torch.float32)]
+        for grad in grads:
+            optimizer.adamw_update([p], [grad], [m], [v], steps, optimizer.AdamWHyper(), impl)
+        out[impl] = (p, m, v)
+    for ref, got in zip(out["forloop"], out["native"]):
+        assert torch.allclose(ref, got, rtol=1e-5, atol=1e-6)     # a few fp32 ulps
+    assert not torch.equal(out["native"][0], p0)
+    with pytest.raises(ValueError, match="step counts from 1"):
+        _native.adamw_step(p0.data_ptr(), p0.data_ptr(), p0.data_ptr(), p0.data_ptr(), 8, 0,
+                           1e-3, 0.9, 0.95, 1e-8, 0.1)

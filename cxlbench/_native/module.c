@@ -764,6 +764,32 @@ static PyObject *py_lines_check(PyObject *self, PyObject *args, PyObject *kw)
     return PyLong_FromUnsignedLongLong(sum);
 }
 
+/* ---- the CPU optimizer step ------------------------------------------------ */
+
+static PyObject *py_adamw_step(PyObject *self, PyObject *args)
+{
+    uintptr_t p, g, m, v;
+    size_t n;
+    unsigned long long step;
+    double lr, beta1, beta2, eps, weight_decay;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&O&Kddddd:adamw_step", conv_addr, &p, conv_addr, &g,
+                          conv_addr, &m, conv_addr, &v, conv_size, &n, &step, &lr, &beta1,
+                          &beta2, &eps, &weight_decay))
+        return NULL;
+    if ((p | g | m | v) % sizeof(float))
+        return PyErr_Format(PyExc_ValueError, "adamw_step: buffers must be 4-byte aligned fp32");
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_adamw((float *)p, (const float *)g, (float *)m, (float *)v, n, step, lr, beta1,
+                   beta2, eps, weight_decay);
+    Py_END_ALLOW_THREADS
+    if (err == EINVAL)
+        return PyErr_Format(PyExc_ValueError, "adamw_step: step counts from 1");
+    if (err)
+        return OS_FAIL(err, "adamw_step: %s", strerror(err));
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_line_op_bytes(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"reads", "writes", "write_bytes", "rmw", NULL};
@@ -987,6 +1013,11 @@ static PyMethodDef methods[] = {
     {"lines_check", KW py_lines_check, METH_VARARGS | METH_KEYWORDS,
      "lines_check(addr, length, cpus, ..., iterations=1) -> int\n"
      "As lines(); returns the sum (mod 2**64) of the 8-byte words the last pass read."},
+    {"adamw_step", py_adamw_step, METH_VARARGS,
+     "adamw_step(p, g, m, v, n, step, lr, beta1, beta2, eps, weight_decay)\n"
+     "One AdamW step, torch.optim.AdamW's arithmetic, over n fp32 values at addresses p\n"
+     "(parameters), g (gradients), m and v (moments), in place; step is this update's\n"
+     "1-based number. One pinned thread per CPU the caller may use, AVX2 where present."},
     {"line_op_bytes", KW py_line_op_bytes, METH_VARARGS | METH_KEYWORDS,
      "line_op_bytes(reads=1, writes=0, write_bytes=64, rmw=False) -> float\n"
      "Bytes per line the op moves, STREAM's way (read 64, write write_bytes, rmw 128)."},
