@@ -189,8 +189,8 @@ def test_interference_in_either_run_withholds_a_verdict():
     assert compare([base, slower_quiet]).rows["verdict"].tolist() == ["slower"]
     row = compare([base, slower_busy]).rows.iloc[0]
     assert row["verdict"] == "inconclusive"
-    assert "interference" in row["note"] and "62%" in row["note"] and "current" in row["note"]
+    assert "interference" in row["note"] and "62.0%" in row["note"] and "current" in row["note"]
     text = format_comparison(compare([base, slower_busy]))
-    assert "? inconclusive*" in text and "* ddr0" in text and "held their CPUs 62%" in text
+    assert "? inconclusive*" in text and "* ddr0" in text and "held their CPUs 62.0%" in text
     # the baseline's interference counts as much as the current run's
     assert compare([slower_busy, base]).rows["verdict"].tolist() == ["inconclusive"]

@@ -131,6 +131,7 @@ def test_repetitions_spread_over_processes_are_numbered_across_them(tmp_path):
     for i, grp in stored.samples.groupby("i"):
         assert sorted(grp["repetition"]) == [0, 1, 2, 3, 4]
         assert grp["pid"].nunique() == 3                 # a fresh worker per process
+        assert sorted(grp["seed"]) == [1, 2, 3, 4, 5]   # and a fresh permutation per repetition
     cases = stored.meta["cases"]
     assert [c["samples"] for c in cases] == [5, 5]
     assert [p["repetitions"] for p in cases[0]["info"]["processes"]] == [[0, 1], [2, 3], [4, 4]]
@@ -162,3 +163,26 @@ def test_a_checkout_without_the_c_core_is_one_clear_line(tmp_path, monkeypatch):
     with pytest.raises(SuiteError, match="C core .* is not built: run `make setup`"):
         run(RunConfig(suite_file(tmp_path, ["ok"]), out=str(tmp_path / "r")))
     assert not (tmp_path / "r").exists()                 # nothing half-written
+
+
+def test_a_budget_spent_between_processes_keeps_what_was_measured_as_ok(tmp_path, monkeypatch):
+    """Each process 'takes' one second of a fake clock: the budget (2.5 s) covers the
+    first pass and one more process, then cuts the cases short; what they measured
+    stands, as ok, with how much of it there is."""
+    import types
+    from cxlbench.results.schema import OK, CaseResult, Sample
+    from cxlbench.runner import run as run_mod
+    clock = {"t": 0.0}
+
+    def fake_case(case, env, timeout):
+        clock["t"] += 1.0
+        return CaseResult(case, OK, samples=[Sample("latency_ns", 1.0, r) for r in range(case.repetitions)])
+    monkeypatch.setattr(run_mod, "run_case", fake_case)
+    monkeypatch.setattr(run_mod, "time", types.SimpleNamespace(monotonic=lambda: clock["t"]))
+    outcome = run(RunConfig(suite_file(tmp_path, ["ok", "ok"], repetitions=4, processes=4,
+                                       time_budget_s=2.5), out=str(tmp_path / "r")))
+    cases = load_run(outcome.path).meta["cases"]
+    assert [c["status"] for c in cases] == ["ok", "ok"] and [c["samples"] for c in cases] == [2, 1]
+    assert [c["info"]["repetitions_measured"] for c in cases] == [
+        "2 of 4: time budget of 2.5 s spent", "1 of 4: time budget of 2.5 s spent"]
+    assert [p["status"] for p in cases[0]["info"]["processes"]] == ["ok", "ok", "skipped"]

@@ -198,3 +198,10 @@ def test_a_run_whose_repetitions_flip_between_states_cannot_call_a_change():
     assert discount_instability(change("slower"), wide, steady).verdict == "inconclusive"
     assert discount_instability(change("slower", 0.10), wide, steady).verdict == "slower"
     assert discount_instability(change("same"), bimodal, steady).verdict == "same"
+
+
+def test_a_tight_threshold_does_not_make_ordinary_noise_unstable():
+    from cxlbench.analysis.stats import Change, discount_instability
+    slower = Change(1.05, 1.03, 1.07, "slower", 0.02, 0.01, "lower", 5, 5)
+    two_percent = [100.0, 102.5, 98.1, 101.2, 97.6]          # 10-90% spread ~1.04
+    assert discount_instability(slower, two_percent, two_percent).verdict == "slower"

@@ -309,13 +309,16 @@ def discount_interference(change: Change, held_base: float, held_cur: float,
         return change
     which = "baseline" if held_base <= held_cur else "current"
     note = (f"interference: in the {which} run a repetition's threads held their CPUs "
-            f"{low:.0%} of its wall time (< {minimum:.0%}); {change.verdict} not called")
+            f"{low:.1%} of its wall time (< {minimum:.0%}); {change.verdict} not called")
     return replace(change, verdict=INCONCLUSIVE, note=note)
 
 
 #: A run whose repetitions spread (90th / 10th percentile) wider than 1 + this
-#: many thresholds is unstable: the machine's state changed within the run.
+#: many thresholds, and at least UNSTABLE_MIN, is unstable: the machine's state
+#: changed within the run. The floor keeps a tight threshold (1%) from calling
+#: ordinary noise unstable (2% noise spreads five values ~1.05x).
 UNSTABLE_THRESHOLDS = 4.0
+UNSTABLE_MIN = 1.2
 
 
 def spread(values) -> float:
@@ -338,7 +341,7 @@ def discount_instability(change: Change, base_values, cur_values,
     fixed distribution per run, cannot tell. same/inconclusive verdicts stand."""
     if change.verdict not in (FASTER, SLOWER):
         return change
-    widest = 1.0 + limit * change.threshold
+    widest = max(1.0 + limit * change.threshold, UNSTABLE_MIN)
     for which, values in (("baseline", base_values), ("current", cur_values)):
         s = spread(values)
         if s > widest:

@@ -116,7 +116,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
                     dbuf = stack.enter_context(DeviceBuffer(dev, ws))
                     words, base, mod = dbuf.view("uint64", 0, ws), dbuf.ptr, xp
                     found = {}
-                visit = chase.order(n, p["pattern"], rep + 1, mod)
+                visit = chase.order(n, p["pattern"], case.seed(rep), mod)
                 start = chase.link(words, base, visit, stride, mod)
                 dev.synchronize()
                 fits = not host and ws <= dev.l2_bytes

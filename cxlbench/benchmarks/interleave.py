@@ -184,7 +184,8 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
             with chase, load:
                 found = {"page_bytes": chase.page_bytes_found, "huge_coverage": chase.huge_coverage}
                 _record(info, chase)
-                samples += loaded_latency.curve(chase, load, cpus, p, rep, found, env, info)
+                samples += loaded_latency.curve(chase, load, cpus, p, rep, found, env, info,
+                                                seed=case.seed(rep))
     return samples
 
 

@@ -81,7 +81,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
             # buf.length is rounded up to the page size (2 MiB for THP): chase only the
             # working set asked for, or a 16 KiB case would measure 2 MiB.
             heads = _native.chase_init(buf.addr, p["working_set_bytes"], LINE,
-                                       p.get("window_bytes", 0), p["chains"], rep + 1)
+                                       p.get("window_bytes", 0), p["chains"], case.seed(rep))
             steps = _calibrate(heads, min_s, warmup=case.warmup)
             elapsed_ns, held = cpu_held(1, _native.chase_run, heads, steps)
             found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,

@@ -162,19 +162,20 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
         with chase, load:
             found = {"page_bytes": min(chase.page_bytes_found, load.page_bytes_found),
                      "huge_coverage": min(chase.huge_coverage, load.huge_coverage)}
-            samples += curve(chase, load, cpus, p, rep, found, env, info)
+            samples += curve(chase, load, cpus, p, rep, found, env, info, seed=case.seed(rep))
     return samples
 
 
 def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env,
-          info: dict, extra: dict | None = None) -> list[Sample]:
+          info: dict, extra: dict | None = None, seed: int | None = None) -> list[Sample]:
     """One repetition's points — idle, then every delay — on buffers already placed
-    (any object with addr and length: a HostBuffer, an interleaved buffer)."""
+    (any object with addr and length: a HostBuffer, an interleaved buffer); seed: the
+    chase's cycle (Case.seed(rep), distinct across processes)."""
     from cxlbench import _native
     reads, writes = parse_mix(p["mix"])
     chase_cpu, load_cpus = cpus[0], list(cpus[1:1 + p["load_threads"]])
     duration_ns = int(env.suite.get("min_sample_s", 0.2) * 1e9)
-    heads = _native.chase_init(chase.addr, chase.length, LINE, 0, 1, rep + 1)
+    heads = _native.chase_init(chase.addr, chase.length, LINE, 0, 1, seed or rep + 1)
     op = {"reads": reads, "writes": writes, "nt": bool(p.get("nt", False))}
     if rep == 0:
         info["chase_cpu"], info["load_cpus"] = chase_cpu, load_cpus

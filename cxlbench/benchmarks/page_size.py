@@ -117,7 +117,7 @@ def measure_latency(case: Case, env: Env, info: dict) -> list[Sample]:
             raise Skip(str(e)) from None
         with buf:
             heads = _native.chase_init(buf.addr, p["working_set_bytes"], latency.LINE,
-                                       p.get("window_bytes", 0), p["chains"], rep + 1)
+                                       p.get("window_bytes", 0), p["chains"], case.seed(rep))
             r = _native.loaded_latency(heads, cpu, 0, 0, [], warmup_ns=duration_ns * case.warmup // 2,
                                        duration_ns=duration_ns, limit_ns=6 * duration_ns)
             found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,

@@ -80,6 +80,13 @@ class Case:
     params: dict[str, Any] = field(default_factory=dict)
     repetitions: int = 5
     warmup: int = 1
+    # Where this worker's repetitions start in the case's numbering, when the runner
+    # spreads them over processes (runner.processes); not part of the case's identity.
+    first_repetition: int = 0
+
+    def seed(self, rep: int) -> int:
+        """A random seed per repetition, distinct across the processes of one case."""
+        return self.first_repetition + rep + 1
 
     @property
     def case_id(self) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cxlbench.results.schema import OK, CaseResult
+from cxlbench.results.schema import OK, SKIPPED, CaseResult
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Slice:
     processes: int
     first: int
     count: int
+    total: int = 0      # the case's repetitions, over all its processes
 
     @property
     def suffix(self) -> str:
@@ -43,10 +44,21 @@ def slices(cases: list[tuple[int, int]]) -> list[Slice]:
     for index, (reps, procs) in enumerate(cases):
         counts = shares(reps, procs) if reps > 0 else [0]
         starts = [sum(counts[:k]) for k in range(len(counts))]
-        per_case.append([Slice(index, k, len(counts), s, c)
+        per_case.append([Slice(index, k, len(counts), s, c, reps)
                          for k, (s, c) in enumerate(zip(starts, counts))])
     passes = max((len(s) for s in per_case), default=0)
     return [s[k] for k in range(passes) for s in per_case if k < len(s)]
+
+
+#: What starting one more worker costs (a fresh interpreter, imports), untimed.
+START_S = 0.2
+
+
+def estimate(case_estimate_s: float, repetitions: int, piece: Slice) -> float:
+    """One process's share of its case's estimate, plus its own start-up when the
+    case is split (the family's estimate has one start-up in it)."""
+    share = case_estimate_s * piece.count / max(repetitions, 1)
+    return share + (START_S if piece.processes > 1 else 0.0)
 
 
 def renumber(result: CaseResult, first: int) -> CaseResult:
@@ -58,8 +70,10 @@ def renumber(result: CaseResult, first: int) -> CaseResult:
 
 def merge(prev: CaseResult | None, part: CaseResult, piece: Slice) -> CaseResult:
     """The case so far plus one more process. A process that fails ends the case as
-    failed, keeping what the others measured; the first process's findings (placement,
-    warnings) stay the case's, and each process is listed with its repetitions."""
+    failed, keeping what the others measured; one skipped after others measured (the
+    time budget spent) ends it too, but as ok with `repetitions_measured` saying how
+    many. The first process's findings stay the case's; each process is listed with
+    its repetitions, status and its own findings."""
     record = {"process": piece.process, "repetitions": [piece.first, piece.first + piece.count - 1],
               "status": part.status, "seconds": round(part.seconds, 3)}
     if part.reason:
@@ -69,12 +83,24 @@ def merge(prev: CaseResult | None, part: CaseResult, piece: Slice) -> CaseResult
     else:
         merged = replace(prev, samples=prev.samples + part.samples, seconds=prev.seconds + part.seconds,
                          info=dict(prev.info))
+        if part.info:
+            record["info"] = part.info              # its own placement checks, CPUs, ...
         warnings = [w for w in part.info.get("warnings", []) if w not in merged.info.get("warnings", [])]
         if warnings:
             merged.info["warnings"] = list(merged.info.get("warnings", [])) + warnings
-        if part.status != OK:
+        if part.status == SKIPPED and prev.status == OK:
+            # A budget spent (or a refusal) after some processes measured: what was
+            # measured stands; the case says how much of it there is.
+            merged.info["repetitions_measured"] = f"{piece.first} of {piece.total}: {part.reason}"
+        elif part.status != OK:
             merged.status = part.status
             merged.reason = f"process {piece.process + 1} of {piece.processes}: {part.reason}"
     if piece.processes > 1:
         merged.info["processes"] = list(merged.info.get("processes", [])) + [record]
     return merged
+
+
+
+def ended(result: CaseResult) -> bool:
+    """No more processes for this case: it failed, was skipped, or was cut short."""
+    return result.status != OK or "repetitions_measured" in result.info

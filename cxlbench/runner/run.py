@@ -11,7 +11,7 @@ from pathlib import Path
 from cxlbench import __version__
 from cxlbench.benchmarks import UnknownBenchmark, family
 from cxlbench.benchmarks.base import Env, Planned
-from cxlbench.results.schema import COMPLETE, FAILED, OK, PARTIAL, SKIPPED, CaseResult
+from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, SKIPPED, CaseResult
 from cxlbench.results.store import RunWriter
 from cxlbench.runner import ecc, processes
 from cxlbench.runner.progress import Progress
@@ -117,8 +117,8 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[Ca
     """Measure pass by pass (see runner.processes); Ctrl-C stops after recording
     what finished. Returns the cases measured, each with all its processes."""
     order = processes.slices([(0 if p.skip else p.case.repetitions, p.processes) for p in planned])
-    progress = Progress([(0.0 if planned[s.index].skip else
-                          planned[s.index].estimate_s * s.count / max(planned[s.index].case.repetitions, 1))
+    progress = Progress([0.0 if planned[s.index].skip else
+                         processes.estimate(planned[s.index].estimate_s, planned[s.index].case.repetitions, s)
                          for s in order])
     budget = env.suite.get("time_budget_s") or 0
     start = time.monotonic()
@@ -126,7 +126,7 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[Ca
     try:
         for piece in order:
             p, label = planned[piece.index], planned[piece.index].case.case_id + piece.suffix
-            if piece.index in results and results[piece.index].status != OK:
+            if piece.index in results and processes.ended(results[piece.index]):
                 progress.drop()                       # the case ended in an earlier process
                 continue
             progress.begin(label)
@@ -146,11 +146,11 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[Ca
 def _one(p: Planned, env: Env, budget_left: float | None, piece: processes.Slice) -> CaseResult:
     if p.skip:
         return CaseResult(p.case, SKIPPED, p.skip)
-    estimate = p.estimate_s * piece.count / max(p.case.repetitions, 1)
+    estimate = processes.estimate(p.estimate_s, p.case.repetitions, piece)
     if budget_left is not None and budget_left < estimate:
         return CaseResult(p.case, SKIPPED, f"time budget of {env.suite['time_budget_s']} s spent")
     timeout = max(env.suite.get("case_timeout_s", 600), 10 * estimate)
-    result = run_case(replace(p.case, repetitions=piece.count), env, timeout)
+    result = run_case(replace(p.case, repetitions=piece.count, first_repetition=piece.first), env, timeout)
     result.case = p.case
     if result.status == FAILED:
         result.reason = result.reason or "failed without a reason"

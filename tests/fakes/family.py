@@ -29,7 +29,9 @@ def measure(case, env):
         time.sleep(60)
     if mode == "stamp":                            # which process, and when
         stamp = {"pid": os.getpid(), "t_ns": time.monotonic_ns()}
-        return [Sample("latency_ns", 1.0 + r, r, dict(stamp)) for r in range(case.repetitions)]
+        return [Sample("latency_ns", 1.0 + r, r, {**stamp, "seed": case.seed(r)})
+                for r in range(case.repetitions)]
+
     if mode == "second_crashes":                   # the first process leaves a mark
         mark = os.path.join(env.suite["scratch"], f"mark-{case.params['i']}")
         if os.path.exists(mark):
