@@ -120,6 +120,36 @@ def test_thresholds_file(tmp_path):
         load_thresholds(f)
 
 
+def _vm_pair(factor, hypervisor="kvm"):
+    rng = np.random.default_rng(11)
+    m, tiers = syn.machine(hypervisor=hypervisor)
+    slow = lambda c, metric: factor          # noqa: E731
+    a = syn.make_run(syn.suite_results(rng, **SMALL), m=m, tiers=tiers, label="A")
+    b = syn.make_run(syn.suite_results(rng, factor=slow, **SMALL), m=m, tiers=tiers, label="B")
+    return a, b
+
+
+def test_on_a_vm_without_measured_noise_whole_run_drift_is_assumed_and_said(tmp_path):
+    a, b = _vm_pair(1.10)                      # 10% everywhere: what a VM's runs drift by
+    cmp = compare([a, b])
+    assert cmp.thresholds.noise == {"default": 0.05}
+    assert "assumed: a virtual machine (kvm)" in format_comparison(cmp)
+    lat = cmp.rows[cmp.rows["metric"] == "latency_ns"]
+    assert not lat["verdict"].isin(["slower", "faster"]).any()
+    big_a, big_b = _vm_pair(1.6)               # a change no drift explains is still caught
+    rows = compare([big_a, big_b]).rows
+    assert (rows[rows["metric"] == "latency_ns"]["verdict"] == "slower").all()
+    # measured noise (a calibrated file) replaces the assumption; bare metal assumes nothing
+    f = tmp_path / "t.toml"
+    f.write_text("default = 0.05\n[noise]\nlatency = 0.01\n")
+    assert compare([a, b], thresholds_file=f).thresholds.noise == {"latency": 0.01}
+    bare_a, bare_b = _vm_pair(1.10, hypervisor=None)
+    assert compare([bare_a, bare_b]).thresholds.noise == {}
+    from cxlbench.analysis.gate import gate
+    assert gate(a, b).thresholds.noise == {"default": 0.05}      # the gate assumes it too
+    assert gate(bare_a, bare_b).thresholds.noise == {}
+
+
 # ------------------------------------------------------------------ calibrate
 
 def test_calibrate_on_an_aa_pair():

@@ -21,7 +21,7 @@ from cxlbench.analysis import machine as machine_mod
 from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discount_instability,
                                      discount_interference, judge, ratio_ci)
 from cxlbench.analysis.summary import axis_columns, point_id, points, repetitions
-from cxlbench.analysis.thresholds import Thresholds, load_thresholds
+from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, load_thresholds
 from cxlbench.results.store import Run, load_run
 from cxlbench.units import format_size
 
@@ -259,8 +259,10 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
     loaded = [as_run(r) for r in runs]
     if not loaded:
         raise ValueError("compare needs at least one run")
-    th = thresholds or load_thresholds(thresholds_file, threshold)
     infos = [run_info(r, i) for i, r in enumerate(loaded)]
+    th = thresholds or assume_vm_noise(load_thresholds(thresholds_file, threshold),
+                                       [i.profile.context.get("hypervisor") for i in infos
+                                        if i.profile.context.get("hypervisor")])
     seen: dict[str, int] = {}
     for info in infos:                        # unique display names
         if info.name in seen:
