@@ -152,6 +152,7 @@ def assume_vm_noise(th: Thresholds, hypervisors: list[str]) -> Thresholds:
     shared with other tenants moves whole runs, and one run cannot show by how much."""
     if th.noise or not hypervisors:
         return th
-    vm = ", ".join(sorted(set(hypervisors)))
+    named = sorted(set(hypervisors) - {"unknown"})
+    vm = f"a virtual machine ({', '.join(named)})" if named else "a virtual machine"
     return replace(th, noise={"default": VM_RUN_NOISE},
-                   noise_source=f"assumed: a virtual machine ({vm}); measure it with cxlbench calibrate")
+                   noise_source=f"assumed: {vm}; measure it with cxlbench calibrate")
