@@ -28,12 +28,17 @@ void cb_pass_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads
     }
 }
 
-uint64_t cb_thread_cpu_ns(void)
+uint64_t cb_clock_ns(clockid_t id)
 {
     struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    if (clock_gettime(id, &ts) != 0)
         return 0;
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t cb_thread_cpu_ns(void)
+{
+    return cb_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 
 void cb_pass_held(const uint64_t *start, const uint64_t *end, const uint64_t *cpu,

@@ -78,14 +78,6 @@ struct lines_thread {
     pthread_t tid;
 };
 
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void *lines_worker(void *arg)
 {
     struct lines_thread *t = arg;
@@ -99,9 +91,9 @@ static void *lines_worker(void *arg)
     uint64_t sum = 0;
     for (int it = 0; it < x->iterations; it++) {
         pthread_barrier_wait(&x->barrier);
-        uint64_t c0 = thread_cpu_ns(), t0 = cb_now_ns();
+        uint64_t c0 = cb_thread_cpu_ns(), t0 = cb_now_ns();
         sum = pass(x->op, t->lo, t->hi);
-        uint64_t t1 = cb_now_ns(), c1 = thread_cpu_ns();
+        uint64_t t1 = cb_now_ns(), c1 = cb_thread_cpu_ns();
         x->start[(size_t)it * x->nthreads + t->id] = t0;
         x->end[(size_t)it * x->nthreads + t->id] = t1;
         x->cpu[(size_t)it * x->nthreads + t->id] = c1 - c0;

@@ -103,14 +103,6 @@ static uint64_t load_lines(const struct loaded_ctx *x)
     return n;
 }
 
-static uint64_t clock_ns(clockid_t id)
-{
-    struct timespec ts;
-    if (clock_gettime(id, &ts) != 0)
-        return 0;
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* CPU time the load threads have had so far, summed. */
 static uint64_t load_cpu(const struct loaded_ctx *x)
 {
@@ -118,7 +110,7 @@ static uint64_t load_cpu(const struct loaded_ctx *x)
     for (size_t i = 0; i < x->nload; i++) {
         clockid_t id;
         if (pthread_getcpuclockid(x->load[i].tid, &id) == 0)
-            n += clock_ns(id);
+            n += cb_clock_ns(id);
     }
     return n;
 }
@@ -153,7 +145,7 @@ static void *chase_worker(void *arg)
     struct cb_loaded_result *r = &x->result;
     const uint64_t limit = x->limit_ns, need_load_cpu = SHARE_PCT * x->nload;
     uint64_t begin = cb_now_ns();
-    uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), l0 = load_cpu(x), n0 = load_lines(x);
+    uint64_t c0 = cb_thread_cpu_ns(), l0 = load_cpu(x), n0 = load_lines(x);
     uint64_t tn0 = cb_now_ns(), t0 = tn0;
     while (r->chase_ns < x->duration_ns && t0 - begin < limit) {
         uint64_t steps = 0, t1;
@@ -163,7 +155,7 @@ static void *chase_worker(void *arg)
             t1 = cb_now_ns();
         } while (t1 - t0 < SUB_WINDOW_NS);
         uint64_t n1 = load_lines(x), tn1 = cb_now_ns();
-        uint64_t c1 = clock_ns(CLOCK_THREAD_CPUTIME_ID), l1 = load_cpu(x);
+        uint64_t c1 = cb_thread_cpu_ns(), l1 = load_cpu(x);
         uint64_t wall = t1 - t0, lwall = tn1 - tn0;
         int kept = (c1 - c0) * 100 >= SHARE_PCT * wall &&
                    (x->nload == 0 || (l1 - l0) * 100 >= need_load_cpu * lwall);
@@ -271,7 +263,7 @@ double cb_delay_ns_per_unit(void)
     /* On the thread's CPU clock: time another process takes is not the loop's. */
     const uint64_t n = 20000000;
     cb_delay(n / 10);                  /* let the clock settle */
-    uint64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    uint64_t t0 = cb_thread_cpu_ns();
     cb_delay(n);
-    return (double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / (double)n;
+    return (double)(cb_thread_cpu_ns() - t0) / (double)n;
 }

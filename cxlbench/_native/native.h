@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* ---- clock.c: time and CPU affinity ------------------------------------ */
 
@@ -19,6 +20,8 @@ uint64_t cb_now_ns(void);                          /* CLOCK_MONOTONIC, ns */
  * stamps; a pass lasts from its first thread's start to its last thread's end. */
 void cb_pass_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads, int passes,
                      double *seconds_out);
+/* Any clock (a thread's CPU clock from pthread_getcpuclockid too), ns; 0 on error. */
+uint64_t cb_clock_ns(clockid_t id);
 /* CLOCK_THREAD_CPUTIME_ID of the calling thread, ns: time it really held a CPU
  * (on a guest with steal-time accounting, less what the hypervisor took); 0 on error. */
 uint64_t cb_thread_cpu_ns(void);
