@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import statistics
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, host_pairs, sweep
-from cxlbench.benchmarks.sizes import PAGE_BYTES, stream_array_bytes
+from cxlbench.benchmarks.base import Env, Planned, as_list, host_pairs, place, sweep
+from cxlbench.benchmarks.sizes import stream_array_bytes
 from cxlbench.results.schema import Case, Sample
 from cxlbench.units import parse_size
 
@@ -73,7 +73,6 @@ def _estimate(params: dict, spec: dict) -> float:
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     from cxlbench import _native
-    from cxlbench.memory import PlacementError, allocate
 
     p = case.params
     tier = env.tier(case.target)
@@ -81,10 +80,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     arrays, moved = KERNELS[p["kernel"]]
     samples = []
     for rep in range(case.repetitions):
-        try:
-            bufs = [allocate(p["array_bytes"], tier.node, page=p["page"]) for _ in range(arrays)]
-        except PlacementError as e:
-            raise Skip(str(e)) from None
+        bufs = [place(p["array_bytes"], tier.node, p["page"]) for _ in range(arrays)]
         try:
             a, b, c = (bufs + [bufs[0]] * 3)[:3]
             if case.warmup:

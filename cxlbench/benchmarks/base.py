@@ -84,6 +84,16 @@ def sweep(spec: dict, **axes) -> list[dict[str, Any]]:
     return points
 
 
+def place(length: int, node: int, page: str = "4k"):
+    """memory.allocate(), with a buffer that cannot be placed as the case asks (no
+    such memory, too little free, huge pages not reserved) raised as a Skip with the
+    reason: recorded, never measured somewhere else."""
+    from cxlbench.memory import PlacementError, allocate
+    try:
+        return allocate(length, node, page=page)
+    except PlacementError as e:
+        raise Skip(str(e)) from None
+
 def cpu_held(threads: int, fn: Callable, *args) -> tuple[Any, float]:
     """Run fn(*args) (a timed native loop on `threads` threads of this process) and
     return its result with the fraction of the wall time those threads held a CPU.

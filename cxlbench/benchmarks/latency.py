@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, cpu_held, host_pairs, sweep
+from cxlbench.benchmarks.base import Env, Planned, cpu_held, host_pairs, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, resolve_sizes
 from cxlbench.results.schema import Case, Sample
 from cxlbench.units import parse_size
@@ -64,7 +64,6 @@ def _estimate(params: dict, spec: dict) -> float:
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     from cxlbench import _native
-    from cxlbench.memory import PlacementError, allocate
 
     initiator = env.initiator(case.initiator)
     tier = env.tier(case.target)
@@ -73,11 +72,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     min_s = env.suite.get("min_sample_s", 0.2)
     samples = []
     for rep in range(case.repetitions):
-        try:
-            buf = allocate(p["working_set_bytes"], tier.node, page=p["page"])
-        except PlacementError as e:
-            raise Skip(str(e)) from None
-        with buf:
+        with place(p["working_set_bytes"], tier.node, p["page"]) as buf:
             # buf.length is rounded up to the page size (2 MiB for THP): chase only the
             # working set asked for, or a 16 KiB case would measure 2 MiB.
             heads = _native.chase_init(buf.addr, p["working_set_bytes"], LINE,

@@ -18,7 +18,7 @@ every delay in turn. `delay` and `load_threads` are sample-level axes.
 """
 from __future__ import annotations
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, host_pairs, sweep
+from cxlbench.benchmarks.base import Env, Planned, as_list, host_pairs, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, stream_array_bytes
 from cxlbench.results.schema import Case, Sample
 from cxlbench.units import parse_size
@@ -147,18 +147,14 @@ def estimate(params: dict, spec: dict, env: Env) -> float:
 # ---- measuring ----------------------------------------------------------------------
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
-    from cxlbench.memory import PlacementError, allocate
     p = case.params
     tier = env.tier(case.target)
     cpus = env.initiator(case.initiator).cpus
     samples: list[Sample] = []
     for rep in range(case.repetitions):
-        try:
-            chase = allocate(p["working_set_bytes"], tier.node, page=p["page"])
-            loads = p["load_threads"] if parse_delays(p["delays"]) else 0    # idle only: none
-            load = allocate(max(p["load_bytes"] * loads, 4096), tier.node, page=p["page"])
-        except PlacementError as e:
-            raise Skip(str(e)) from None
+        chase = place(p["working_set_bytes"], tier.node, p["page"])
+        loads = p["load_threads"] if parse_delays(p["delays"]) else 0    # idle only: none
+        load = place(max(p["load_bytes"] * loads, 4096), tier.node, p["page"])
         with chase, load:
             found = {"page_bytes": min(chase.page_bytes_found, load.page_bytes_found),
                      "huge_coverage": min(chase.huge_coverage, load.huge_coverage)}

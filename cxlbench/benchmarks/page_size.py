@@ -19,7 +19,7 @@ skipped with the reason when the node has no pages of that size reserved.
 from __future__ import annotations
 
 from cxlbench.benchmarks import bandwidth, latency
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, host_pairs, sweep
+from cxlbench.benchmarks.base import Env, Planned, as_list, host_pairs, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, latency_sweep, stream_array_bytes
 from cxlbench.benchmarks.write_penalty import thread_list
 from cxlbench.results.schema import Case, Sample
@@ -104,18 +104,13 @@ def measure_latency(case: Case, env: Env, info: dict) -> list[Sample]:
     a shared machine, time another process took would bury it (on an idle one this
     is plain wall-clock timing)."""
     from cxlbench import _native
-    from cxlbench.memory import PlacementError, allocate
     p = case.params
     tier = env.tier(case.target)
     cpu = env.initiator(case.initiator).cpus[0]
     duration_ns = int(env.suite.get("min_sample_s", 0.2) * 1e9)
     samples, kept = [], []
     for rep in range(case.repetitions):
-        try:
-            buf = allocate(p["working_set_bytes"], tier.node, page=p["page"])
-        except PlacementError as e:
-            raise Skip(str(e)) from None
-        with buf:
+        with place(p["working_set_bytes"], tier.node, p["page"]) as buf:
             heads = _native.chase_init(buf.addr, p["working_set_bytes"], latency.LINE,
                                        p.get("window_bytes", 0), p["chains"], case.seed(rep))
             r = _native.loaded_latency(heads, cpu, 0, 0, [], warmup_ns=duration_ns * case.warmup // 2,

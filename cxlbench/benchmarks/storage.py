@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import resource
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list
+from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, place
 from cxlbench.results.schema import Case, Sample
 from cxlbench.units import parse_size
 
@@ -225,7 +225,6 @@ def measure_io(case: Case, f, found: dict, info: dict, verify: bool = True) -> l
     import numpy as np
 
     from cxlbench import _native
-    from cxlbench.memory import PlacementError, allocate
 
     p = case.params
     rw, block, qd, engine = p["rw"], p["block_bytes"], p["qd"], p["engine"]
@@ -252,10 +251,7 @@ def measure_io(case: Case, f, found: dict, info: dict, verify: bool = True) -> l
         return _native.io_run(f.fd, write, engine, buf.addr, block, qd, offsets, max_ios, lat,
                                max_ns=max_ns, verify=verify, seed=f.seed)
 
-    try:
-        buf = allocate(block * qd, p["host_node"], page=p.get("buffer_page", "4k"))
-    except PlacementError as e:
-        raise Skip(str(e)) from None
+    buf = place(block * qd, p["host_node"], p.get("buffer_page", "4k"))
     with buf:
         page_bytes = buf.page_bytes_found
         _native.io_stamp(buf.addr, buf.length, 0, f.seed)   # writes carry data, not zeros

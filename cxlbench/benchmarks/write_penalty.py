@@ -29,7 +29,7 @@ kept (column `iteration`).
 """
 from __future__ import annotations
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, host_pairs, sweep
+from cxlbench.benchmarks.base import Env, Planned, as_list, host_pairs, place, sweep
 from cxlbench.benchmarks.bandwidth import thread_counts
 from cxlbench.benchmarks.sizes import stream_array_bytes
 from cxlbench.results.schema import Case, Sample
@@ -122,7 +122,6 @@ def estimate(params: dict, spec: dict) -> float:
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     from cxlbench import _native
-    from cxlbench.memory import PlacementError, allocate
     from cxlbench.topology import ecc
     p = case.params
     tier = env.tier(case.target)
@@ -132,11 +131,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     before = ecc.snapshot(env.root)
     samples = []
     for rep in range(case.repetitions):
-        try:
-            buf = allocate(p["array_bytes"], tier.node, page=p["page"])
-        except PlacementError as e:
-            raise Skip(str(e)) from None
-        with buf:
+        with place(p["array_bytes"], tier.node, p["page"]) as buf:
             lines = buf.length // LINE
             if case.warmup:
                 _native.lines(buf.addr, buf.length, cpus, iterations=case.warmup, value=rep + 1, **op)

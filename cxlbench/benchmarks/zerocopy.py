@@ -21,7 +21,7 @@ skipped with that reason.
 """
 from __future__ import annotations
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, sweep
+from cxlbench.benchmarks.base import Env, Planned, as_list, place, sweep
 from cxlbench.benchmarks.sizes import stream_array_bytes
 from cxlbench.benchmarks.write_penalty import thread_list
 from cxlbench.results.schema import Case, Sample
@@ -115,7 +115,7 @@ def estimate(params: dict, spec: dict) -> float:
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     from cxlbench import _native
-    from cxlbench.memory import PlacementError, allocate, placement
+    from cxlbench.memory import placement
     p = case.params
     far_node = env.tier(case.target).node
     local_node = env.tier(p["local"]).node
@@ -124,11 +124,8 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     samples: list[Sample] = []
     moved_fraction = []
     for rep in range(case.repetitions):
-        try:
-            data = allocate(size, far_node, page=p["page"])
-            staging = allocate(size, local_node, page=p["page"]) if p["strategy"] == "copy" else None
-        except PlacementError as e:
-            raise Skip(str(e)) from None
+        data = place(size, far_node, p["page"])
+        staging = place(size, local_node, p["page"]) if p["strategy"] == "copy" else None
         try:
             n = data.length
             if case.warmup:                    # caches and TLB warm, as a program's data would be
