@@ -260,9 +260,8 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
     if not loaded:
         raise ValueError("compare needs at least one run")
     infos = [run_info(r, i) for i, r in enumerate(loaded)]
-    th = thresholds or assume_vm_noise(load_thresholds(thresholds_file, threshold),
-                                       [i.profile.context.get("hypervisor") for i in infos
-                                        if i.profile.context.get("hypervisor")])
+    th = assume_vm_noise(thresholds or load_thresholds(thresholds_file, threshold),
+                         [h for i in infos if (h := i.profile.context.get("hypervisor"))])
     seen: dict[str, int] = {}
     for info in infos:                        # unique display names
         if info.name in seen:

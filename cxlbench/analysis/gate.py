@@ -19,11 +19,10 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from cxlbench.analysis import machine as machine_mod
 from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt_change, fmt_ci_change,
                                        fmt_num, fmt_pct)
 from cxlbench.analysis.stats import CONFIDENCE, FASTER, INCONCLUSIVE, SAME, SLOWER
-from cxlbench.analysis.thresholds import ThresholdError, Thresholds, assume_vm_noise, load_thresholds
+from cxlbench.analysis.thresholds import ThresholdError, Thresholds, load_thresholds
 from cxlbench.results.store import ResultsError, Run
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
@@ -280,10 +279,9 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     if result.errors:
         return result
     base, cur = runs
-    hyper = [h for r in runs if (h := machine_mod.profile(r.meta).context.get("hypervisor"))]
-    th = result.thresholds = assume_vm_noise(th, hyper)
     cmp = compare([base, cur], thresholds=th, confidence=confidence)
     result.comparison = cmp
+    th = result.thresholds = cmp.thresholds          # with a VM's assumed noise, if any
     for info in cmp.runs:
         role = "baseline" if info.index == 0 else "current"
         if info.status != "complete":

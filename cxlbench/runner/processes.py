@@ -54,10 +54,10 @@ def slices(cases: list[tuple[int, int]]) -> list[Slice]:
 START_S = 0.2
 
 
-def estimate(case_estimate_s: float, repetitions: int, piece: Slice) -> float:
+def estimate(case_estimate_s: float, piece: Slice) -> float:
     """One process's share of its case's estimate, plus its own start-up when the
     case is split (the family's estimate has one start-up in it)."""
-    share = case_estimate_s * piece.count / max(repetitions, 1)
+    share = case_estimate_s * piece.count / max(piece.total, 1)
     return share + (START_S if piece.processes > 1 else 0.0)
 
 

@@ -117,21 +117,21 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[Ca
     """Measure pass by pass (see runner.processes); Ctrl-C stops after recording
     what finished. Returns the cases measured, each with all its processes."""
     order = processes.slices([(0 if p.skip else p.case.repetitions, p.processes) for p in planned])
-    progress = Progress([0.0 if planned[s.index].skip else
-                         processes.estimate(planned[s.index].estimate_s, planned[s.index].case.repetitions, s)
-                         for s in order])
+    estimates = [0.0 if planned[s.index].skip else processes.estimate(planned[s.index].estimate_s, s)
+                 for s in order]
+    progress = Progress(list(estimates))
     budget = env.suite.get("time_budget_s") or 0
     start = time.monotonic()
     results: dict[int, CaseResult] = {}
     try:
-        for piece in order:
+        for piece, estimate in zip(order, estimates):
             p, label = planned[piece.index], planned[piece.index].case.case_id + piece.suffix
             if piece.index in results and processes.ended(results[piece.index]):
                 progress.drop()                       # the case ended in an earlier process
                 continue
             progress.begin(label)
             left = budget - (time.monotonic() - start) if budget else None
-            part = _one(p, env, left, piece)
+            part = _one(p, env, left, piece, estimate)
             results[piece.index] = processes.merge(results.get(piece.index), part, piece)
             writer.add(results[piece.index], part)
             progress.end(label, part.status, part.seconds, part.reason)
@@ -143,10 +143,10 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[Ca
     return [results[i] for i in sorted(results)]
 
 
-def _one(p: Planned, env: Env, budget_left: float | None, piece: processes.Slice) -> CaseResult:
+def _one(p: Planned, env: Env, budget_left: float | None, piece: processes.Slice,
+         estimate: float) -> CaseResult:
     if p.skip:
         return CaseResult(p.case, SKIPPED, p.skip)
-    estimate = processes.estimate(p.estimate_s, p.case.repetitions, piece)
     if budget_left is not None and budget_left < estimate:
         return CaseResult(p.case, SKIPPED, f"time budget of {env.suite['time_budget_s']} s spent")
     timeout = max(env.suite.get("case_timeout_s", 600), 10 * estimate)
