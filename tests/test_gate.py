@@ -7,7 +7,6 @@ import math
 import xml.etree.ElementTree as ET
 
 import numpy as np
-import pytest
 
 from cxlbench.analysis import synthetic as syn
 from cxlbench.analysis.gate import gate

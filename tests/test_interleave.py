@@ -3,7 +3,6 @@ weights' proportions, shares checked, the kernel's global weights restored, and
 on this machine the single-node (100:0) case placed and verified for real."""
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import pytest

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis.compare import (Comparison, RunLike, _table, compare, fmt_change, fmt_ci_change,
-                                       fmt_num, fmt_pct)
+                                       fmt_pct)
 from cxlbench.analysis.stats import (CONFIDENCE, FASTER, SAME, SLOWER, false_alarm_probability,
                                      minimum_detectable_effect, run_noise_estimate)
 from cxlbench.analysis.thresholds import Thresholds, to_toml

@@ -3,7 +3,6 @@ argument parser calls them, and so do the tests."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 

@@ -5,7 +5,6 @@ taken from a machine reaches the page escaped.
 """
 from __future__ import annotations
 
-import io
 import math
 import re
 from datetime import datetime
@@ -18,7 +17,6 @@ import pandas as pd
 from cxlbench.analysis import machine as machine_mod
 from cxlbench.analysis.compare import fmt_num, params_text
 from cxlbench.analysis.stats import ratio_ci
-from cxlbench.analysis.summary import axis_columns, param_columns
 from cxlbench.report.plots import MARKERS, PALETTE, STYLES, Chart, Series, render
 from cxlbench.units import format_size
 
