@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 import pytest
 import torch
@@ -468,6 +469,64 @@ def test_a_native_adamw_is_used_only_if_it_computes_torchs_adamw(monkeypatch):
     assert "disagrees" in optimizer.unavailable("native")
     monkeypatch.setattr(optimizer, "_native_adamw", lambda: (lambda *a: 1 / 0))
     assert "did not run" in optimizer.unavailable("native")
+
+
+def _fake_deepspeed(monkeypatch, adam_update):
+    """deepspeed.ops.adam with a DeepSpeedCPUAdam whose kernel is adam_update."""
+    import types
+
+    from cxlbench.training import optimizer
+
+    class DeepSpeedCPUAdam:
+        def __init__(self, params, **hyper):
+            self.opt_id, self.ds_opt_adam = 7, types.SimpleNamespace(adam_update=adam_update)
+
+    adam = types.ModuleType("deepspeed.ops.adam")
+    adam.DeepSpeedCPUAdam = DeepSpeedCPUAdam
+    for name in ("deepspeed", "deepspeed.ops"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "deepspeed.ops.adam", adam)
+    monkeypatch.setattr(optimizer, "_DS_OPTIMIZERS", {})
+
+
+def _torch_adam_update(opt_id, step, lr, beta1, beta2, eps, wd, bias_correction, p, g, m, v):
+    """DeepSpeed's adam_update contract (AdamW mode), written in torch."""
+    p.mul_(1 - lr * wd)
+    m.mul_(beta1).add_(g, alpha=1 - beta1)
+    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    p.addcdiv_(m, (v / (1 - beta2 ** step)).sqrt_().add_(eps), value=-lr / (1 - beta1 ** step))
+
+
+def test_deepspeeds_kernel_steps_every_chunk_of_every_step(monkeypatch):
+    from cxlbench.training import optimizer
+    _fake_deepspeed(monkeypatch, _torch_adam_update)
+    assert optimizer.unavailable("deepspeed") is None
+    n, hyper = 3000, AdamWHyper()
+    p0, g = torch.randn(n), torch.randn(n)
+    finals = []
+    for impl in ("forloop", "deepspeed"):
+        p, m, v = p0.clone(), torch.zeros(n), torch.zeros(n)
+        opt = HostAdamW(p, m, v, n, hyper, impl, chunk=1000)
+        for _ in range(4):
+            opt.step(g)
+        finals.append(p)
+    assert torch.allclose(finals[0], finals[1], rtol=1e-5, atol=1e-7)
+
+
+def test_an_adamw_that_skips_work_after_the_first_step_is_refused(monkeypatch):
+    """A kernel keyed on tensor objects that sees fresh views from step two on does
+    nothing and would measure absurdly fast; the agreement check must catch it."""
+    from cxlbench.training import optimizer
+    seen = set()
+
+    def first_time_only(opt_id, step, *args):
+        p = args[-4]
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            _torch_adam_update(opt_id, step, *args)
+
+    _fake_deepspeed(monkeypatch, first_time_only)
+    assert "disagrees" in optimizer.unavailable("deepspeed")
 
 
 def test_state_files_of_dead_workers_are_removed(tmp_path):

@@ -52,12 +52,13 @@ def unavailable(impl: str) -> str | None:
     if impl == "native":
         if _native_adamw() is None:
             return "the C core (cxlbench._native) has no AdamW kernel"
-        return _native_disagrees()
+        return _disagrees(impl)
     if impl == "deepspeed":
         try:
             from deepspeed.ops.adam import DeepSpeedCPUAdam  # noqa: F401
         except Exception:
             return "deepspeed is not installed"
+        return _disagrees(impl)
     return None
 
 
@@ -69,23 +70,25 @@ def _native_adamw():
     return getattr(_native, "adamw_step", None)
 
 
-def _native_disagrees() -> str | None:
-    """The C kernel is used only if it computes what torch's AdamW computes."""
+def _disagrees(impl: str) -> str | None:
+    """An outside kernel is used only if it computes what torch's AdamW computes,
+    called as the engine calls it: in chunks, each a fresh view, over several steps
+    (a kernel that keeps state per tensor object would skip work from step two)."""
     g = torch.Generator().manual_seed(0)
     p0, grad = torch.randn(4096, generator=g), torch.randn(4096, generator=g)
     results = []
-    for impl in ("forloop", "native"):
+    for name in ("forloop", impl):
         p, m, v = p0.clone(), torch.zeros(4096), torch.zeros(4096)
+        opt = HostAdamW(p, m, v, 4096, AdamWHyper(), name, chunk=1024)
         try:
-            steps = [torch.zeros((), dtype=torch.float32)]
             for _ in range(3):
-                adamw_update([p], [grad], [m], [v], steps, AdamWHyper(), impl)
+                opt.step(grad)
         except Exception as e:                        # a kernel with another signature
-            return f"cxlbench._native.adamw_step did not run as AdamW(p, g, m, v, n, step, lr, " \
-                   f"beta1, beta2, eps, weight_decay): {e}"
-        results.append(p)
-    if not torch.allclose(results[0], results[1], rtol=1e-5, atol=1e-7):
-        return "cxlbench._native.adamw_step disagrees with torch's AdamW"
+            return f"{impl} AdamW did not run as AdamW(p, g, m, v, step, lr, betas, eps, " \
+                   f"weight_decay): {e}"
+        results.append((p, m, v))
+    if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(*results)):
+        return f"{impl} AdamW disagrees with torch's AdamW after 3 chunked steps"
     return None
 
 
@@ -113,24 +116,29 @@ def adamw_update(params: list[torch.Tensor], grads: list[torch.Tensor],
         raise ValueError(unavailable(impl))
 
 
-_DS_OPTIMIZERS: dict[int, object] = {}
+_DS_OPTIMIZERS: dict[AdamWHyper, object] = {}
 
 
 def _deepspeed_update(params, grads, exp_avgs, exp_avg_sqs, steps, hyper):
-    """DeepSpeedCPUAdam keeps its moments in its own state dict; we hand it ours."""
-    from deepspeed.ops.adam import DeepSpeedCPUAdam
+    """DeepSpeedCPUAdam's own kernel (ds_opt_adam.adam_update) on our tensors.
+
+    Its step() looks tensors up in a per-Parameter state dict, and the engine hands
+    it fresh chunk views each step: from step two it would find no gradient on its
+    stored view and silently do nothing. So one instance per hyper-parameter set
+    supplies the kernel and its opt_id (kept alive: its __del__ destroys the id),
+    and the tensors go straight in."""
+    opt = _DS_OPTIMIZERS.get(hyper)
+    if opt is None:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        opt = DeepSpeedCPUAdam([torch.nn.Parameter(torch.zeros(1))], lr=hyper.lr,
+                               betas=hyper.betas, eps=hyper.eps,
+                               weight_decay=hyper.weight_decay, adamw_mode=True)
+        _DS_OPTIMIZERS[hyper] = opt
     for p, g, m, v, s in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
-        key = p.data_ptr()
-        opt = _DS_OPTIMIZERS.get(key)
-        if opt is None:
-            opt = DeepSpeedCPUAdam([p], lr=hyper.lr, betas=hyper.betas, eps=hyper.eps,
-                                   weight_decay=hyper.weight_decay, adamw_mode=True)
-            opt.state[p] = {"step": 0, "exp_avg": m, "exp_avg_sq": v}
-            _DS_OPTIMIZERS[key] = opt
-        p.grad = g
-        opt.step()
-        p.grad = None
         s += 1
+        opt.ds_opt_adam.adam_update(opt.opt_id, int(s.item()), hyper.lr, hyper.betas[0],
+                                    hyper.betas[1], hyper.eps, hyper.weight_decay, True,
+                                    p, g, m, v)
 
 
 OnChunk = Callable[[int, int, torch.Tensor], None]
