@@ -7,7 +7,7 @@
  *
  * The update streams p, g, m, v once (28 bytes a parameter with the caller's
  * copies), so it runs at memory speed when every CPU the calling thread may use
- * takes a contiguous slice: one pinned thread per allowed CPU, AVX2 where the
+ * takes a contiguous slice: one pinned thread per allowed CPU, AVX-512 or AVX2 where the
  * CPU has it. Python checks the result against torch's own AdamW before using it.
  */
 #define _GNU_SOURCE
@@ -72,11 +72,39 @@ static void update_avx2(const struct adamw *a, size_t lo, size_t hi)
     }
     update_scalar(a, i, hi);
 }
+/* Sixteen at a time where the CPU has AVX-512: on one core the update is bound by
+ * its two divisions and a square root per vector, not by memory, so twice the
+ * width is worth up to twice the rate (at all cores memory binds either way). */
+__attribute__((target("avx512f")))
+static void update_avx512(const struct adamw *a, size_t lo, size_t hi)
+{
+    const __m512 decay = _mm512_set1_ps(a->decay), b2 = _mm512_set1_ps(a->b2);
+    const __m512 one_b1 = _mm512_set1_ps(a->one_b1), one_b2 = _mm512_set1_ps(a->one_b2);
+    const __m512 step = _mm512_set1_ps(a->step_size), bc2 = _mm512_set1_ps(a->bc2_sqrt);
+    const __m512 eps = _mm512_set1_ps(a->eps);
+    size_t i = lo;
+    for (; i + 16 <= hi; i += 16) {
+        __m512 g = _mm512_loadu_ps(a->g + i), m = _mm512_loadu_ps(a->m + i);
+        __m512 v = _mm512_loadu_ps(a->v + i), p = _mm512_loadu_ps(a->p + i);
+        m = _mm512_fmadd_ps(one_b1, _mm512_sub_ps(g, m), m);
+        v = _mm512_add_ps(_mm512_mul_ps(b2, v), _mm512_mul_ps(_mm512_mul_ps(one_b2, g), g));
+        __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), bc2), eps);
+        p = _mm512_sub_ps(_mm512_mul_ps(p, decay), _mm512_mul_ps(step, _mm512_div_ps(m, denom)));
+        _mm512_storeu_ps(a->m + i, m);
+        _mm512_storeu_ps(a->v + i, v);
+        _mm512_storeu_ps(a->p + i, p);
+    }
+    update_scalar(a, i, hi);
+}
 #endif
 
 static void update(const struct adamw *a, size_t lo, size_t hi)
 {
 #if defined(__x86_64__) || defined(__i386__)
+    if (__builtin_cpu_supports("avx512f")) {
+        update_avx512(a, lo, hi);
+        return;
+    }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         update_avx2(a, lo, hi);
         return;
