@@ -562,3 +562,11 @@ def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice():
     with pytest.raises(ValueError, match="step counts from 1"):
         _native.adamw_step(p0.data_ptr(), p0.data_ptr(), p0.data_ptr(), p0.data_ptr(), 8, 0,
                            1e-3, 0.9, 0.95, 1e-8, 0.1)
+
+
+def test_a_probe_step_that_updates_nothing_records_no_rate(monkeypatch):
+    from cxlbench.training import optimizer
+    monkeypatch.setattr(optimizer, "_native_adamw", lambda: (lambda *args: None))
+    with pytest.raises(RuntimeError, match="unchanged in a timed step"):
+        optimizer.probe(1 << 16, "native", steps=2, warmup=1)
+    assert len(optimizer.probe(1 << 16, "forloop", steps=2, warmup=1)) == 2

@@ -548,7 +548,12 @@ def _measure_optimizer(case: Case, env: Env, info: dict) -> list[Sample]:
         if why:
             skipped[impl] = why
             continue
-        rates = adam.probe(n, impl, steps=case.repetitions, warmup=case.warmup, nodes=nodes)
+        try:
+            rates = adam.probe(n, impl, steps=case.repetitions, warmup=case.warmup, nodes=nodes)
+        except RuntimeError as e:                 # did no work: refused, the others go on
+            skipped[impl] = str(e)
+            info.setdefault("warnings", []).append(str(e))
+            continue
         medians[impl] = statistics.median(rates)
         for i, rate in enumerate(rates):
             samples.append(Sample("params_per_s", rate, i, {"impl": impl}))

@@ -181,6 +181,18 @@ def widen(g: torch.Tensor, scratch: torch.Tensor | None) -> torch.Tensor:
     return out
 
 
+_SPOT = 4099          # a prime stride: spot checks fall on every chunk and vector lane
+
+
+def _check_updated(impl: str, before: torch.Tensor, after: torch.Tensor) -> None:
+    """A timed step must have updated every parameter: one that did no work would
+    time as a fantastic rate. Spot checks cost nothing beside the step."""
+    stale = int((before == after).sum())
+    if stale:
+        raise RuntimeError(f"{impl} AdamW left {stale} of {before.numel()} spot-checked "
+                           f"parameters unchanged in a timed step: no rate recorded")
+
+
 def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
           nodes: dict[str, int | None] | None = None, hyper: AdamWHyper = AdamWHyper(),
           grad_dtype: torch.dtype = torch.float32, chunk: int | None = None) -> list[float]:
@@ -207,9 +219,11 @@ def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
         opt = HostAdamW(p, m, v, n_params, hyper, impl, chunk=chunk or n_params, scratch=scratch)
         rates = []
         for i in range(warmup + steps):
+            before = p[::_SPOT].clone()
             t0 = time.perf_counter()
             opt.step(g)
             dt = time.perf_counter() - t0
+            _check_updated(impl, before, p[::_SPOT])
             if i >= warmup:
                 rates.append(n_params / dt)
         return rates
