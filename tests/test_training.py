@@ -540,11 +540,14 @@ def test_state_files_of_dead_workers_are_removed(tmp_path):
     assert alive.exists() and other.exists()
 
 
-def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice():
-    """Threads split the buffer (n above the per-thread minimum, not a multiple of the
-    vector width): every element, the tail included, gets torch's update."""
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice(threads):
+    """OpenMP threads (torch's count) split the buffer (n above the per-thread
+    minimum, not a multiple of the vector width): every element, each slice's edges
+    and the tail included, gets torch's update."""
     from cxlbench import _native
     from cxlbench.training import optimizer
+    torch.set_num_threads(threads)          # the one_thread fixture restores it
     n = (1 << 18) + 13
     g = torch.Generator().manual_seed(3)
     p0 = torch.randn(n, generator=g)
