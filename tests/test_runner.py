@@ -186,3 +186,26 @@ def test_a_budget_spent_between_processes_keeps_what_was_measured_as_ok(tmp_path
     assert [c["info"]["repetitions_measured"] for c in cases] == [
         "2 of 4: time budget of 2.5 s spent", "1 of 4: time budget of 2.5 s spent"]
     assert [p["status"] for p in cases[0]["info"]["processes"]] == ["ok", "ok", "skipped"]
+
+
+def test_the_budget_flag_overrides_the_suites(tmp_path):
+    out = tmp_path / "r"
+    proc = _cli("run", "--suite", suite_file(tmp_path, ["ok", "ok"]), "--out", str(out),
+                "--budget", "0.05", "--no-report")
+    proc.communicate(timeout=60)
+    [path] = find_runs(out)
+    cases = load_run(path).cases()
+    assert list(cases.status) == ["skipped", "skipped"]
+    assert all("time budget of 0.05 s" in r for r in cases.reason)
+
+
+def test_find_max_turns_training_into_the_search_and_refuses_a_suite_without_it():
+    from cxlbench.runner.suite import SuiteError, load_suite, with_find_max
+    suite = with_find_max(load_suite("training"))
+    modes = [b.get("mode") for b in suite["benchmark"] if b["name"] == "training"]
+    assert modes == ["optimizer", "find_max"]
+    search = suite["benchmark"][1]
+    assert not {"config", "steps", "warmup_steps"} & set(search)    # every config, 2 steps
+    assert load_suite("training")["benchmark"][1]["mode"] == "train"  # the file is untouched
+    with pytest.raises(SuiteError, match="no training benchmark that trains"):
+        with_find_max(load_suite("quick"))

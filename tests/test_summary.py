@@ -52,3 +52,13 @@ def test_training_lines_tokens_over_steps_loss_and_where_adamw_state_lives():
     # with the state in files, the rate that counts includes the I/O, not the in-memory update
     assert "AdamW, state in files, with I/O (fused, 1 thread)" in nvme and "70 M params/s [60-80]" in nvme
     assert "over repetitions (training: steady steps)" in text
+
+
+def test_find_max_line_names_the_largest_config_per_engine():
+    found = rows(benchmark="training", initiator="cpu:node0", mode="find_max", compute="cpu",
+                 metric="max_params", target="ddr0")
+    frame = pd.DataFrame(found([27.3e6], case_id="a", engine="offload", max_config="small")
+                         + found([131392], case_id="b", engine="none", max_config="tiny"))
+    text = tier_summary(frame)
+    assert "largest config that fits, offload (cpu)" in text and "small (27.3 M params)" in text
+    assert "largest config that fits, none (cpu)" in text and "tiny (0.1 M params)" in text

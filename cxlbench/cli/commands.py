@@ -42,24 +42,27 @@ def doctor(root: str = "/") -> int:
 
 def run(suite: str = "quick", declarations: list[str] = (), label: str | None = None,
         out: str = "results", root: str = "/", budget: float | None = None,
-        list_only: bool = False, command: list[str] = (), with_report: bool = True) -> int:
+        list_only: bool = False, command: list[str] = (), with_report: bool = True,
+        find_max: bool = False) -> int:
     from cxlbench.cli.summary import tier_summary
     from cxlbench.results.store import load_run
     from cxlbench.runner.run import RunConfig, plan_suite, run as run_suite
-    from cxlbench.runner.suite import load_suite
+    from cxlbench.runner.suite import load_suite, with_find_max
 
     out_path = Path(out)
     if out_path.exists() and not out_path.is_dir():
         raise UserError(f"--out {out} is a file, not a results directory")
     if list_only:
         env = _env(root, list(declarations))
-        for p in plan_suite(load_suite(suite), env):
+        plan = load_suite(suite)
+        for p in plan_suite(with_find_max(plan) if find_max else plan, env):
             print(f"{'skip' if p.skip else 'run ':4}  ~{p.estimate_s:5.1f}s  {p.case.case_id}"
                   + (f"  ({p.skip})" if p.skip else ""))
         return 0
     try:
         outcome = run_suite(RunConfig(suite, list(declarations), label, out, root,
-                                      command=list(command)))
+                                      command=list(command), time_budget_s=budget,
+                                      find_max=find_max))
     except ValueError as e:
         raise UserError(str(e)) from None
     run_ = load_run(outcome.path)

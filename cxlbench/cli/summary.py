@@ -88,6 +88,9 @@ def _training(frame: pd.DataFrame, tier: str) -> list[str]:
             text += f", loss {loss.iloc[0]:.2f} -> {loss.iloc[-1]:.2f}"
         lines.append(_line(f"training {first.get('config')}, engine {first.get('engine')} "
                            f"({first.get('compute')})", text))
+    for _, row in sel[(sel["mode"] == "find_max") & (sel.metric == "max_params")].iterrows():
+        lines.append(_line(f"largest config that fits, {row.get('engine')} ({row.get('compute')})",
+                           f"{row.get('max_config')} ({row.value / 1e6:.1f} M params)"))
     opt = sel[(sel["mode"] == "optimizer") & (sel.metric == "params_per_s")]
     if "impl" in opt.columns:
         opt = opt[opt["impl"].notna()]

@@ -15,7 +15,7 @@ from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, SKIPPED, CaseResu
 from cxlbench.results.store import RunWriter
 from cxlbench.runner import ecc, processes
 from cxlbench.runner.progress import Progress
-from cxlbench.runner.suite import SuiteError, benchmark_specs, load_suite
+from cxlbench.runner.suite import SuiteError, benchmark_specs, load_suite, with_find_max
 from cxlbench.runner.worker import run_case
 from cxlbench.topology import classify_tiers, initiators, read_machine
 
@@ -30,6 +30,7 @@ class RunConfig:
     only: list[str] | None = None        # case ids (gate --confirm re-runs just these)
     command: list[str] = field(default_factory=list)
     time_budget_s: float | None = None   # overrides the suite's
+    find_max: bool = False               # training: the largest config that fits, per placement
 
 
 @dataclass
@@ -91,6 +92,8 @@ def _native_built() -> None:
 def run(config: RunConfig) -> RunOutcome:
     _native_built()
     suite = load_suite(config.suite)
+    if config.find_max:
+        suite = with_find_max(suite)
     if config.time_budget_s is not None:
         suite["time_budget_s"] = config.time_budget_s
     env = build_env(config.root, config.declarations, suite)

@@ -47,6 +47,22 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
     return suite
 
 
+def with_find_max(suite: dict[str, Any]) -> dict[str, Any]:
+    """`run --find-max`: each training benchmark that trains becomes one that looks for
+    the largest model config that fits each placement: every config, smallest first,
+    two steps each (a suite with mode = "find_max" chooses its own)."""
+    found, benchmarks = False, []
+    for b in suite["benchmark"]:
+        if b.get("name") == "training" and b.get("mode", "train") == "train":
+            b = {k: v for k, v in b.items() if k not in ("config", "steps", "warmup_steps")}
+            b["mode"], found = "find_max", True
+        benchmarks.append(b)
+    if not found:
+        raise SuiteError(f"--find-max: suite {suite['name']!r} has no training benchmark that "
+                         f"trains (try --suite training)")
+    return {**suite, "benchmark": benchmarks}
+
+
 def benchmark_specs(suite: dict[str, Any]) -> list[dict[str, Any]]:
     """Each [[benchmark]] table with the suite-level defaults it did not override."""
     shared = {k: suite[k] for k in DEFAULTS}
