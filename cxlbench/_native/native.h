@@ -33,6 +33,17 @@ int cb_pin_self(const int *cpus, size_t ncpus);    /* sched_setaffinity(calling 
 /* pthread_create on one CPU from the first instruction; 0 or an errno value. */
 int cb_start_pinned(pthread_t *tid, int cpu, void *(*fn)(void *), void *arg);
 
+/* ---- team.c: pinned threads running timed passes together ---------------- */
+
+/* One thread per entry of cpus, each pinned there, runs pass(job, thread) `passes`
+ * times; every pass starts at a barrier. seconds_out[i]: from the first thread
+ * leaving the barrier to the last finishing pass i. held_out (may be NULL): as
+ * cb_pass_held. cpu_seconds_out (may be NULL): the CPU time of the slowest
+ * thread's pass i. 0 or an errno value (a thread that could not start: none run). */
+int cb_team_run(const int *cpus, size_t nthreads, int passes,
+                void (*pass)(void *job, size_t thread), void *job,
+                double *seconds_out, double *held_out, double *cpu_seconds_out);
+
 /* ---- numa.c: mappings, memory policy, where pages are ------------------ */
 
 /* Private anonymous read/write mapping. hugetlb_page_bytes 0 = normal pages,
