@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -94,14 +95,36 @@ static void update_avx512(const struct adamw *a, size_t lo, size_t hi)
 }
 #endif
 
-static void update(const struct adamw *a, size_t lo, size_t hi)
+enum isa { SCALAR, AVX2, AVX512 };
+
+/* The widest the CPU has; CXLBENCH_ADAMW_ISA=avx2 or scalar caps it, so that the
+ * tests check every path on a CPU that would never take the narrower ones. */
+static enum isa pick_isa(void)
+{
+    enum isa best = SCALAR;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        best = AVX2;
+    if (__builtin_cpu_supports("avx512f"))
+        best = AVX512;
+#endif
+    const char *cap = getenv("CXLBENCH_ADAMW_ISA");
+    if (cap && strcmp(cap, "scalar") == 0)
+        return SCALAR;
+    if (cap && strcmp(cap, "avx2") == 0 && best > AVX2)
+        return AVX2;
+    return best;
+}
+
+static void update(const struct adamw *a, enum isa isa, size_t lo, size_t hi)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    if (__builtin_cpu_supports("avx512f")) {
+    if (isa == AVX512) {
         update_avx512(a, lo, hi);
         return;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (isa == AVX2) {
         update_avx2(a, lo, hi);
         return;
     }
@@ -124,13 +147,15 @@ int cb_adamw(float *p, const float *g, float *m, float *v, size_t n, uint64_t st
         .step_size = (float)(lr / (1.0 - pow(beta1, (double)step))),
         .bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)step)), .eps = (float)eps,
     };
-    __builtin_cpu_init();
+    enum isa isa = pick_isa();
     /* OpenMP, not threads of our own: the caller is torch's training step, and
      * torch's OpenMP workers spin on every CPU for a while after each operator.
      * A thread of ours pinned beside a spinner waited ~1 ms a call (4 M params:
-     * 2 545 vs 1 470 us). libgomp is loaded once per process (torch's copy has the
-     * same soname), so this region runs on torch's own, already-awake workers,
-     * as many as torch.set_num_threads asked for. */
+     * 2 545 vs 1 470 us). libgomp is loaded once per process (torch's wheels
+     * carry it as libgomp.so.1, its soname), so this region runs on torch's own,
+     * already-awake workers, as many as torch.set_num_threads asked for. A torch
+     * with a renamed copy would mean two runtimes; the engine measures each AdamW
+     * in place before choosing, so that would cost speed, never a wrong choice. */
 #ifdef _OPENMP
     size_t most = n / MIN_SLICE > 0 ? n / MIN_SLICE : 1;
     int nthreads = omp_get_max_threads();
@@ -141,10 +166,10 @@ int cb_adamw(float *p, const float *g, float *m, float *v, size_t n, uint64_t st
         size_t t = (size_t)omp_get_thread_num(), k = (size_t)omp_get_num_threads();
         size_t chunk = ((n + k - 1) / k + 15) / 16 * 16;   /* slices start on 64-byte lines */
         size_t lo = t * chunk < n ? t * chunk : n, hi = lo + chunk < n ? lo + chunk : n;
-        update(&a, lo, hi);
+        update(&a, isa, lo, hi);
     }
 #else
-    update(&a, 0, n);                       /* built without OpenMP (the QEMU guest's) */
+    update(&a, isa, 0, n);                       /* built without OpenMP (the QEMU guest's) */
 #endif
     return 0;
 }

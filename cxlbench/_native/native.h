@@ -228,7 +228,9 @@ int cb_mincore(uintptr_t addr, size_t length, size_t *resident_out);
 
 /* One AdamW step (torch.optim.AdamW's arithmetic) over n fp32 parameters, in
  * place; step is the 1-based step number after this update. Split over the
- * CPUs the calling thread may run on. 0 or an errno value. */
+ * OpenMP threads (torch.set_num_threads sets their number); built without
+ * OpenMP, one thread. CXLBENCH_ADAMW_ISA=avx2|scalar caps the vector code.
+ * 0 or an errno value. */
 int cb_adamw(float *p, const float *g, float *m, float *v, size_t n, uint64_t step,
              double lr, double beta1, double beta2, double eps, double weight_decay);
 
