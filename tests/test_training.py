@@ -382,6 +382,23 @@ def test_find_max_reports_the_largest_config_and_why_the_next_does_not_fit(tmp_p
     assert info["find_max"]["8b"].startswith("does not fit") and "GiB free" in info["find_max"]["8b"]
 
 
+def test_find_max_does_not_try_a_config_whose_steps_would_outrun_the_case(tmp_path, monkeypatch):
+    """With memory to spare, 8b on a CPU would still take hours: a finding, not a hang."""
+    from cxlbench.benchmarks import training
+    if NODE0 is None:
+        pytest.skip("no NUMA node 0")
+    env = _env(tmp_path, gpu=False)
+    monkeypatch.setattr(training, "_fits", lambda *a, **k: None)           # everything fits
+    spec = {"name": "training", "mode": "find_max", "config": ["8b", "tiny"], "steps": 1,
+            "warmup_steps": 1, "engine": ["offload"], "optimizer_on": ["ddr"]}
+    (planned,) = [p for p in training.plan(spec, env) if p.skip is None]
+    assert planned.estimate_s < env.suite.get("case_timeout_s", 600)      # 8b not counted
+    info: dict = {}
+    (sample,) = training.measure(planned.case, env, info)
+    assert sample.value == model_config("tiny").num_params()
+    assert info["find_max"]["8b"].startswith("not tried: ~") and "case_timeout_s" in info["find_max"]["8b"]
+
+
 def test_fsdp2_reference_code_path_runs_on_a_cpu_mesh():
     """The FSDP2 engine is a GPU reference; on a CPU mesh (gloo, world size 1) the same
     code runs with nothing to offload to, which checks its set-up, steps and teardown —
@@ -540,14 +557,17 @@ def test_state_files_of_dead_workers_are_removed(tmp_path):
     assert alive.exists() and other.exists()
 
 
+@pytest.mark.parametrize("isa", ["best", "avx2", "scalar"])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice(threads):
+def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice(threads, isa, monkeypatch):
     """OpenMP threads (torch's count) split the buffer (n above the per-thread
     minimum, not a multiple of the vector width): every element, each slice's edges
     and the tail included, gets torch's update."""
     from cxlbench import _native
     from cxlbench.training import optimizer
     torch.set_num_threads(threads)          # the one_thread fixture restores it
+    if isa != "best":                       # the narrower paths, on a CPU that has wider
+        monkeypatch.setenv("CXLBENCH_ADAMW_ISA", isa)
     n = (1 << 18) + 13
     g = torch.Generator().manual_seed(3)
     p0 = torch.randn(n, generator=g)
@@ -570,6 +590,6 @@ def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice(threads):
 def test_a_probe_step_that_updates_nothing_records_no_rate(monkeypatch):
     from cxlbench.training import optimizer
     monkeypatch.setattr(optimizer, "_native_adamw", lambda: (lambda *args: None))
-    with pytest.raises(RuntimeError, match="unchanged in a timed step"):
+    with pytest.raises(optimizer.NoWorkDone, match="unchanged in a timed step"):
         optimizer.probe(1 << 16, "native", steps=2, warmup=1)
     assert len(optimizer.probe(1 << 16, "forloop", steps=2, warmup=1)) == 2

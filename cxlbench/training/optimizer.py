@@ -58,6 +58,10 @@ def unavailable(impl: str) -> str | None:
             from deepspeed.ops.adam import DeepSpeedCPUAdam  # noqa: F401
         except Exception:
             return "deepspeed is not installed"
+        try:
+            _deepspeed_optimizer(AdamWHyper())
+        except Exception as e:                        # its C++ op is built on first use
+            return f"deepspeed's CPU Adam op did not load: {e}"
         return _disagrees(impl)
     return None
 
@@ -70,22 +74,25 @@ def _native_adamw():
     return getattr(_native, "adamw_step", None)
 
 
+_THREADED = 1 << 16                  # adamw.c's MIN_SLICE: slices per thread at least this
+
+
 def _disagrees(impl: str) -> str | None:
     """An outside kernel is used only if it computes what torch's AdamW computes,
     called as the engine calls it: in chunks, each a fresh view, over several steps
     (a kernel that keeps state per tensor object would skip work from step two)."""
+    n = 3 * _THREADED + 13                  # a first chunk the C kernel splits over threads
     g = torch.Generator().manual_seed(0)
-    p0, grad = torch.randn(4096, generator=g), torch.randn(4096, generator=g)
+    p0, grad = torch.randn(n, generator=g), torch.randn(n, generator=g)
     results = []
     for name in ("forloop", impl):
-        p, m, v = p0.clone(), torch.zeros(4096), torch.zeros(4096)
-        opt = HostAdamW(p, m, v, 4096, AdamWHyper(), name, chunk=1024)
+        p, m, v = p0.clone(), torch.zeros(n), torch.zeros(n)
+        opt = HostAdamW(p, m, v, n, AdamWHyper(), name, chunk=2 * _THREADED)
         try:
             for _ in range(3):
                 opt.step(grad)
         except Exception as e:                        # a kernel with another signature
-            return f"{impl} AdamW did not run as AdamW(p, g, m, v, step, lr, betas, eps, " \
-                   f"weight_decay): {e}"
+            return f"{impl} AdamW did not run: {e}"
         results.append((p, m, v))
     if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(*results)):
         return f"{impl} AdamW disagrees with torch's AdamW after 3 chunked steps"
@@ -127,6 +134,15 @@ def _deepspeed_update(params, grads, exp_avgs, exp_avg_sqs, steps, hyper):
     stored view and silently do nothing. So one instance per hyper-parameter set
     supplies the kernel and its opt_id (kept alive: its __del__ destroys the id),
     and the tensors go straight in."""
+    opt = _deepspeed_optimizer(hyper)
+    for p, g, m, v, s in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
+        s += 1
+        opt.ds_opt_adam.adam_update(opt.opt_id, int(s.item()), hyper.lr, hyper.betas[0],
+                                    hyper.betas[1], hyper.eps, hyper.weight_decay, True,
+                                    p, g, m, v)
+
+
+def _deepspeed_optimizer(hyper: AdamWHyper):
     opt = _DS_OPTIMIZERS.get(hyper)
     if opt is None:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
@@ -134,11 +150,7 @@ def _deepspeed_update(params, grads, exp_avgs, exp_avg_sqs, steps, hyper):
                                betas=hyper.betas, eps=hyper.eps,
                                weight_decay=hyper.weight_decay, adamw_mode=True)
         _DS_OPTIMIZERS[hyper] = opt
-    for p, g, m, v, s in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
-        s += 1
-        opt.ds_opt_adam.adam_update(opt.opt_id, int(s.item()), hyper.lr, hyper.betas[0],
-                                    hyper.betas[1], hyper.eps, hyper.weight_decay, True,
-                                    p, g, m, v)
+    return opt
 
 
 OnChunk = Callable[[int, int, torch.Tensor], None]
@@ -181,6 +193,10 @@ def widen(g: torch.Tensor, scratch: torch.Tensor | None) -> torch.Tensor:
     return out
 
 
+class NoWorkDone(RuntimeError):
+    """A timed AdamW step left parameters unchanged: no rate can be recorded for it."""
+
+
 _SPOT = 4099          # a prime stride: spot checks fall on every chunk and vector lane
 
 
@@ -189,7 +205,7 @@ def _check_updated(impl: str, before: torch.Tensor, after: torch.Tensor) -> None
     time as a fantastic rate. Spot checks cost nothing beside the step."""
     stale = int((before == after).sum())
     if stale:
-        raise RuntimeError(f"{impl} AdamW left {stale} of {before.numel()} spot-checked "
+        raise NoWorkDone(f"{impl} AdamW left {stale} of {before.numel()} spot-checked "
                            f"parameters unchanged in a timed step: no rate recorded")
 
 

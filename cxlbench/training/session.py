@@ -75,13 +75,16 @@ class RunResult:
 def choose_impl(n_params: int, nodes_of_state: dict | None = None) -> tuple[str, dict]:
     """The fastest available CPU AdamW on the run's own tiers (params/s of each, from a
     short probe on up to 4M parameters placed like the run's state)."""
-    from cxlbench.training.optimizer import IMPLS, unavailable
+    from cxlbench.training.optimizer import IMPLS, NoWorkDone, unavailable
     rates = {}
     for impl in IMPLS:
         if impl == "forloop" or unavailable(impl):
             continue
-        rates[impl] = statistics.median(adamw_probe(min(n_params, 1 << 22), impl, steps=3,
-                                                    nodes=nodes_of_state))
+        try:
+            rates[impl] = statistics.median(adamw_probe(min(n_params, 1 << 22), impl, steps=3,
+                                                        nodes=nodes_of_state))
+        except NoWorkDone:                    # never chosen; the probe said why
+            continue
     return max(rates, key=rates.get), rates
 
 
