@@ -61,4 +61,4 @@ def test_find_max_line_names_the_largest_config_per_engine():
                          + found([131392], case_id="b", engine="none", max_config="tiny"))
     text = tier_summary(frame)
     assert "largest config that fits, offload (cpu)" in text and "small (27.3 M params)" in text
-    assert "largest config that fits, none (cpu)" in text and "tiny (0.1 M params)" in text
+    assert "largest config that fits, none (cpu)" in text and "tiny (131 k params)" in text

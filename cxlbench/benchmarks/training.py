@@ -122,10 +122,10 @@ def _plan_train(spec: dict, env: Env, find_max: bool = False) -> list[Planned]:
             common["threads"] = int(spec["threads"])
         for case, skip in _placements(spec, env, device, gpu, point["engine"], point["act"],
                                       common, steps, warmup):
-            if find_max:                      # time for the configs that look as if they fit
+            if find_max:                      # time for the configs it will try
                 estimate = 1.0
                 for c in configs:
-                    if _fits(case, env, model_config(c)):
+                    if _fits(case, env, model_config(c)) or _too_slow(case, env, c):
                         break
                     estimate += _estimate(case, model_config(c), c)
             else:
@@ -290,6 +290,17 @@ def _node_free_now(node: int) -> int | None:
     return None
 
 
+def _too_slow(case: Case, env: Env, config: str) -> str | None:
+    """Why find_max does not try a config: its steps would run past the case's time
+    limit on this compute (8b on a 2-core CPU: hours), or None."""
+    from cxlbench.training.configs import model_config
+    need, limit = _estimate(case, model_config(config), config), env.suite.get("case_timeout_s", 600)
+    if need <= limit:
+        return None
+    return (f"not tried: ~{need:.0f} s for {case.warmup + case.repetitions} steps on the "
+            f"{case.params['compute'].upper()}, past the case's limit of {limit:g} s (case_timeout_s)")
+
+
 def _estimate(case: Case, cfg, config: str | None = None) -> float:
     p = case.params
     batch, seq = _shape(case, config or cfg.name)
@@ -450,6 +461,10 @@ def _measure_find_max(case: Case, env: Env, info: dict) -> list[Sample]:
         if too_big:
             findings[config] = f"does not fit (estimated): {too_big}"
             break
+        too_slow = _too_slow(case, env, config)
+        if too_slow:
+            findings[config] = too_slow
+            break
         try:
             r = _run(case, env, {}, config)
         except torch.OutOfMemoryError as e:
@@ -550,7 +565,7 @@ def _measure_optimizer(case: Case, env: Env, info: dict) -> list[Sample]:
             continue
         try:
             rates = adam.probe(n, impl, steps=case.repetitions, warmup=case.warmup, nodes=nodes)
-        except RuntimeError as e:                 # did no work: refused, the others go on
+        except adam.NoWorkDone as e:              # refused; the others go on
             skipped[impl] = str(e)
             info.setdefault("warnings", []).append(str(e))
             continue

@@ -26,8 +26,23 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def seconds(text: str) -> float:
+    """A positive number of seconds (argparse turns the ValueError into one line)."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one line and exit 2, like every other bad input (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cxlbench", description=__doc__.splitlines()[0])
+    p = _Parser(prog="cxlbench", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"cxlbench {__version__}")
     p.add_argument("--root", default="/", help="read sysfs/procfs under this root (fixture trees)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -48,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--suite", default="quick", help="suite name (suites/NAME.toml) or a .toml path")
     r.add_argument("--label", help="a name for this run, kept in run.json")
     r.add_argument("--out", default="results", help="results directory (default: results/)")
-    r.add_argument("--budget", type=float, help="time budget in seconds (overrides the suite's)")
+    r.add_argument("--budget", type=seconds, help="time budget in seconds (overrides the suite's)")
     r.add_argument("--list", action="store_true", help="print the plan and exit")
     r.add_argument("--find-max", action="store_true",
                    help="training: the largest model config that fits each placement")

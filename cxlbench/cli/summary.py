@@ -90,7 +90,7 @@ def _training(frame: pd.DataFrame, tier: str) -> list[str]:
                            f"({first.get('compute')})", text))
     for _, row in sel[(sel["mode"] == "find_max") & (sel.metric == "max_params")].iterrows():
         lines.append(_line(f"largest config that fits, {row.get('engine')} ({row.get('compute')})",
-                           f"{row.get('max_config')} ({row.value / 1e6:.1f} M params)"))
+                           f"{row.get('max_config')} ({_count(row.value)} params)"))
     opt = sel[(sel["mode"] == "optimizer") & (sel.metric == "params_per_s")]
     if "impl" in opt.columns:
         opt = opt[opt["impl"].notna()]
@@ -109,6 +109,14 @@ def _training(frame: pd.DataFrame, tier: str) -> list[str]:
         lines.append(_line(f"AdamW, {what} ({impl}, {who})",
                            _fmt((_spread(rows.value / 1e6), 0), "M params/s", 0)))
     return lines
+
+
+def _count(n: float) -> str:
+    """131392 -> '131 k', 27.3e6 -> '27.3 M', 8.03e9 -> '8.03 G'."""
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.3g} {unit}"
+    return f"{n:.0f}"
 
 
 def _line(label: str, value: str) -> str:

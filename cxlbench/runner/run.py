@@ -151,7 +151,8 @@ def _one(p: Planned, env: Env, budget_left: float | None, piece: processes.Slice
     if p.skip:
         return CaseResult(p.case, SKIPPED, p.skip)
     if budget_left is not None and budget_left < estimate:
-        return CaseResult(p.case, SKIPPED, f"time budget of {env.suite['time_budget_s']} s spent")
+        return CaseResult(p.case, SKIPPED, f"time budget of {env.suite['time_budget_s']:g} s: "
+                                           f"~{estimate:.3g} s estimated, {max(budget_left, 0):.3g} s left")
     timeout = max(env.suite.get("case_timeout_s", 600), 10 * estimate)
     result = run_case(replace(p.case, repetitions=piece.count, first_repetition=piece.first), env, timeout)
     result.case = p.case
