@@ -50,7 +50,7 @@ def test_training_lines_tokens_over_steps_loss_and_where_adamw_state_lives():
     assert "training tiny, engine offload (cpu)" in ddr and "1000 tokens/s [900-1100], loss 5.00 -> 3.10" in ddr
     assert "AdamW, state here (fused, 1 thread)" in ddr and "1100 M params/s [1000-1200]" in ddr
     # with the state in files, the rate that counts includes the I/O, not the in-memory update
-    assert "AdamW, state in files, with I/O (fused, 1 thread)" in nvme and "70 M params/s [60-80]" in nvme
+    assert "AdamW, in files, with I/O (fused, 1 thread)" in nvme and "70 M params/s [60-80]" in nvme
     assert "over repetitions (training: steady steps)" in text
 
 

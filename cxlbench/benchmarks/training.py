@@ -570,10 +570,13 @@ def _measure_optimizer(case: Case, env: Env, info: dict) -> list[Sample]:
             info.setdefault("warnings", []).append(str(e))
             continue
         medians[impl] = statistics.median(rates)
+        # the threads it ran on, also where the case asked for "all": a table row must
+        # say 2, not leave a blank beside the 1-thread row
+        extra = {"impl": impl, "threads": info["threads"]}
         for i, rate in enumerate(rates):
-            samples.append(Sample("params_per_s", rate, i, {"impl": impl}))
+            samples.append(Sample("params_per_s", rate, i, extra))
             samples.append(Sample("bandwidth_GBps", rate * ADAMW_BYTES_FP32_GRAD / 1e9, i,
-                                  {"impl": impl, "bytes_per_param": ADAMW_BYTES_FP32_GRAD}))
+                                  {**extra, "bytes_per_param": ADAMW_BYTES_FP32_GRAD}))
     info["skipped_impls"] = skipped
     info["median_params_per_s"] = medians
     if medians:

@@ -96,7 +96,7 @@ def _training(frame: pd.DataFrame, tier: str) -> list[str]:
         opt = opt[opt["impl"].notna()]
     in_files = opt[opt["io"] == "nvme"] if "io" in opt.columns else opt.iloc[0:0]
     if not in_files.empty:
-        opt, what = in_files, "state in files, with I/O"
+        opt, what = in_files, "in files, with I/O"
     else:
         opt = opt[opt["io"] != "memory"] if "io" in opt.columns else opt
         what = "state here"
