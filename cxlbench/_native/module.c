@@ -1017,7 +1017,8 @@ static PyMethodDef methods[] = {
      "adamw_step(p, g, m, v, n, step, lr, beta1, beta2, eps, weight_decay)\n"
      "One AdamW step, torch.optim.AdamW's arithmetic, over n fp32 values at addresses p\n"
      "(parameters), g (gradients), m and v (moments), in place; step is this update's\n"
-     "1-based number. One pinned thread per CPU the caller may use, AVX2 where present."},
+     "1-based number. Split over the OpenMP threads (torch.set_num_threads); AVX-512 or\n"
+     "AVX2 where present (CXLBENCH_ADAMW_ISA=avx2|scalar caps it)."},
     {"line_op_bytes", KW py_line_op_bytes, METH_VARARGS | METH_KEYWORDS,
      "line_op_bytes(reads=1, writes=0, write_bytes=64, rmw=False) -> float\n"
      "Bytes per line the op moves, STREAM's way (read 64, write write_bytes, rmw 128)."},
