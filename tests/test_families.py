@@ -87,6 +87,28 @@ def test_bandwidth_keeps_every_iteration_of_every_repetition(here):
     assert all(0 < s.params["cpu_held"] <= 1 for s in samples)
 
 
+@pytest.mark.parametrize("kernel", sorted(bandwidth.ROLES))
+def test_every_array_a_kernel_uses_is_a_buffer_of_its_own(kernel):
+    """copy once got (A, B, A): c = a copied A onto itself and read twice likwid's copy."""
+    import types
+    bufs = [types.SimpleNamespace(addr=0x1000 * (i + 1)) for i in range(bandwidth.KERNELS[kernel][0])]
+    used = [x for x in bandwidth.addresses(kernel, bufs) if x]
+    assert sorted(used) == sorted(b.addr for b in bufs)           # each once, none shared
+
+
+def test_copy_is_measured_from_one_buffer_into_another(here, monkeypatch):
+    from cxlbench import _native
+    calls = []
+    real = _native.stream
+    monkeypatch.setattr(_native, "stream", lambda k, a, b, c, *rest, **kw: calls.append((k, a, b, c))
+                        or real(k, a, b, c, *rest, **kw))
+    case = Case("bandwidth", "cpu:node0", "ddr0", "ddr",
+                {"kernel": "copy", "threads": 1, "nt": False, "page": "4k",
+                 "array_bytes": 1 << 20, "iterations": 1}, repetitions=1, warmup=1)
+    bandwidth.measure(case, here, {})
+    assert calls and all(k == "copy" and a and c and a != c and b == 0 for k, a, b, c in calls)
+
+
 def test_bandwidth_records_cpu_held_with_several_threads(here):
     case = Case("bandwidth", "cpu:node0", "ddr0", "ddr",
                 {"kernel": "copy", "threads": 2, "nt": False, "page": "4k",

@@ -23,8 +23,20 @@ from cxlbench.results.schema import Case, Sample
 from cxlbench.units import parse_size
 
 NAME = "bandwidth"
+# STREAM's arrays each kernel reads or writes (stream_kernels.h: copy c = a,
+# scale b = s*c, add c = a + b, triad a = b + s*c); each role gets a buffer of
+# its own, and each array-length of bytes counts once, as STREAM counts.
+ROLES = {"read": "a", "write": "a", "copy": "ac", "scale": "bc", "add": "abc", "triad": "abc"}
 # arrays each kernel touches, and how many array-lengths of bytes it moves
-KERNELS = {"read": (1, 1), "write": (1, 1), "copy": (2, 2), "scale": (2, 2), "add": (3, 3), "triad": (3, 3)}
+KERNELS = {k: (len(r), len(r)) for k, r in ROLES.items()}
+
+
+def addresses(kernel: str, bufs: list) -> tuple[int, int, int]:
+    """The a, b, c addresses for kernel, one buffer per role it uses, 0 for the rest.
+    Two roles on one buffer would copy an array onto itself: every line already
+    in cache when it is written, half the traffic counted twice."""
+    by_role = dict(zip(ROLES[kernel], bufs, strict=True))
+    return tuple(by_role[r].addr if r in by_role else 0 for r in "abc")
 
 
 def thread_counts(spec_value, ncpus: int) -> list[int]:
@@ -82,10 +94,10 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     for rep in range(case.repetitions):
         bufs = [place(p["array_bytes"], tier.node, p["page"]) for _ in range(arrays)]
         try:
-            a, b, c = (bufs + [bufs[0]] * 3)[:3]
+            a, b, c = addresses(p["kernel"], bufs)
             if case.warmup:
-                _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"], cpus, p["nt"], case.warmup)
-            times, held = _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"],
+                _native.stream(p["kernel"], a, b, c, p["array_bytes"], cpus, p["nt"], case.warmup)
+            times, held = _native.stream(p["kernel"], a, b, c, p["array_bytes"],
                                          cpus, p["nt"], p["iterations"], held=True)
             found = {"page_bytes": min(x.page_bytes_found for x in bufs),
                      "huge_coverage": min(x.huge_coverage for x in bufs),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 
 from cxlbench.benchmarks import loaded_latency
-from cxlbench.benchmarks.bandwidth import KERNELS, thread_counts
+from cxlbench.benchmarks.bandwidth import KERNELS, addresses, thread_counts
 from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, sweep
 from cxlbench.benchmarks.sizes import stream_array_bytes
 from cxlbench.results.schema import Case, Sample
@@ -163,12 +163,11 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
             arrays, moved = KERNELS[p["kernel"]]
             bufs = [place(p["array_bytes"]) for _ in range(arrays)]
             try:
-                a, b, c = (bufs + [bufs[0]] * 3)[:3]
+                a, b, c = addresses(p["kernel"], bufs)
                 threads = cpus[:p["threads"]]
                 if case.warmup:
-                    _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"], threads,
-                                   False, case.warmup)
-                times, held = _native.stream(p["kernel"], a.addr, b.addr, c.addr, p["array_bytes"],
+                    _native.stream(p["kernel"], a, b, c, p["array_bytes"], threads, False, case.warmup)
+                times, held = _native.stream(p["kernel"], a, b, c, p["array_bytes"],
                                              threads, False, p["iterations"], held=True)
                 found = {"page_bytes": bufs[0].page_bytes_found, "huge_coverage": bufs[0].huge_coverage,
                          "cpu_held": round(statistics.median(held), 4)}     # as bandwidth's
