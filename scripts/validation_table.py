@@ -1,5 +1,6 @@
-"""Summarise scripts/validate.sh's output: medians over rounds of cxlbench and of
-the reference tools, and their ratio. Usage: python scripts/validation_table.py OUT"""
+"""Summarise scripts/validate.sh's (or, with --kernels, validate_kernels.sh's) output:
+medians over rounds of cxlbench and of the reference tools, and their ratio.
+Usage: python scripts/validation_table.py [--kernels] OUT"""
 import statistics
 import sys
 from pathlib import Path
@@ -47,6 +48,14 @@ def main(out: Path) -> None:
         ("read, 2 threads (GB/s)", ours("bandwidth", "4k", 2),
          [v / 1e3 for v in floats(out / "bw_mem-P2.txt", 1)], "bw_mem -P 2 rd"),
     ]
+    table(rows)
+    thp = ours("latency", "thp")
+    if thp:
+        print(f"\nlatency, 1 GiB, THP (no reference tool asks for THP): median {statistics.median(thp):.3g} ns "
+              f"over rounds {', '.join(f'{x:.3g}' for x in thp)}")
+
+
+def table(rows) -> None:
     print("| figure | cxlbench median (rounds) | reference | reference median (rounds) | ratio |")
     print("|---|---|---|---|---|")
     for name, a, b, tool in rows:
@@ -54,11 +63,31 @@ def main(out: Path) -> None:
             ma, mb = statistics.median(a), statistics.median(b)
             print(f"| {name} | {ma:.3g} ({', '.join(f'{x:.3g}' for x in a)}) | {tool} | "
                   f"{mb:.3g} ({', '.join(f'{x:.3g}' for x in b)}) | {ma / mb:.3f} |")
-    thp = ours("latency", "thp")
-    if thp:
-        print(f"\nlatency, 1 GiB, THP (no reference tool asks for THP): median {statistics.median(thp):.3g} ns "
-              f"over rounds {', '.join(f'{x:.3g}' for x in thp)}")
+
+
+LIKWID = {"write": "store_avx", "copy": "copy_avx", "triad": "stream_avx"}
+
+
+def kernels(out: Path) -> None:
+    """Each round's cxlbench figure is the median of its repetitions (each the
+    median of its iterations); likwid-bench's is its one run."""
+    df = cxlbench.load(out / "results")
+    reps = df.groupby(["run_id", "kernel", "nt", "threads", "repetition"]).value.median().reset_index()
+    per_run = reps.groupby(["run_id", "kernel", "nt", "threads"]).value.median().reset_index()
+    rows = []
+    for kernel, tool in LIKWID.items():
+        for nt in (False, True):
+            for threads in (1, 2):
+                sel = per_run[(per_run.kernel == kernel) & (per_run.nt == nt) & (per_run.threads == threads)]
+                name = f"{kernel}{' nt' if nt else ''}, {threads} thread{'s' if threads > 1 else ''} (GB/s)"
+                theirs = floats(out / f"likwid-{kernel}{'-nt' if nt else ''}-T{threads}.txt", 0)
+                rows.append((name, list(sel.value), [v / 1e3 for v in theirs],
+                             f"likwid-bench {tool.replace('_avx', '_mem_avx') if nt else tool}"))
+    table(rows)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    if sys.argv[1] == "--kernels":
+        kernels(Path(sys.argv[2]))
+    else:
+        main(Path(sys.argv[1]))
