@@ -55,11 +55,9 @@ def unavailable(impl: str) -> str | None:
         return _disagrees(impl)
     if impl == "deepspeed":
         try:
-            from deepspeed.ops.adam import DeepSpeedCPUAdam  # noqa: F401
-        except Exception:
-            return "deepspeed is not installed"
-        try:
             _deepspeed_optimizer(AdamWHyper())
+        except ImportError as e:
+            return f"deepspeed is not installed ({e})"
         except Exception as e:                        # its C++ op is built on first use
             return f"deepspeed's CPU Adam op did not load: {e}"
         return _disagrees(impl)
