@@ -11,8 +11,10 @@ mkdir -p "$OUT"
 # ours -> likwid-bench's kernel with the same loads, stores and byte count:
 # write = store (8 B), copy = copy (16 B), triad = stream (a = b*s + c, 24 B);
 # the _mem variants use non-temporal stores.
+# The write-penalty family's line loop: read = load (8 B), rmw = update (16 B).
 declare -A LIKWID=([write]=store_avx [copy]=copy_avx [triad]=stream_avx
-                   [write-nt]=store_mem_avx [copy-nt]=copy_mem_avx [triad-nt]=stream_mem_avx)
+                   [write-nt]=store_mem_avx [copy-nt]=copy_mem_avx [triad-nt]=stream_mem_avx
+                   [read]=load_avx [rmw]=update_avx)
 for r in $(seq 1 "$ROUNDS"); do
   echo "round $r: cxlbench run --suite validation-kernels"
   .venv/bin/cxlbench run --suite validation-kernels --out "$OUT/results" --label "round$r" \

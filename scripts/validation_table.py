@@ -66,6 +66,9 @@ def table(rows) -> None:
 
 
 LIKWID = {"write": "store_avx", "copy": "copy_avx", "triad": "stream_avx"}
+# write_penalty's line loop (op, store) beside likwid-bench's kernel of the same traffic
+LINE_OPS = [("read", "regular", "read", "load_avx"), ("write", "regular", "write", "store_avx"),
+            ("write", "nt", "write-nt", "store_mem_avx"), ("rmw", "regular", "rmw", "update_avx")]
 
 
 def kernels(out: Path) -> None:
@@ -83,6 +86,17 @@ def kernels(out: Path) -> None:
                 theirs = floats(out / f"likwid-{kernel}{'-nt' if nt else ''}-T{threads}.txt", 0)
                 rows.append((name, list(sel.value), [v / 1e3 for v in theirs],
                              f"likwid-bench {tool.replace('_avx', '_mem_avx') if nt else tool}"))
+    lines = df[(df.benchmark == "write_penalty") & (df.metric == "bandwidth_GBps")]
+    if not lines.empty:
+        reps = lines.groupby(["run_id", "op", "store", "threads", "repetition"]).value.median().reset_index()
+        per_run = reps.groupby(["run_id", "op", "store", "threads"]).value.median().reset_index()
+        for op, store, file, tool in LINE_OPS:
+            for threads in (1, 2):
+                sel = per_run[(per_run.op == op) & (per_run.store == store) & (per_run.threads == threads)]
+                theirs = floats(out / f"likwid-{file}-T{threads}.txt", 0)
+                rows.append((f"lines {op}{' nt' if store == 'nt' else ''}, {threads} thread"
+                             f"{'s' if threads > 1 else ''} (GB/s)", list(sel.value),
+                             [v / 1e3 for v in theirs], f"likwid-bench {tool}"))
     table(rows)
 
 

@@ -240,6 +240,14 @@ def test_write_penalty_plans_every_op_store_and_partial_size(cxl_env):
     assert {(m, "regular", 64) for m in ("read", "3:1", "2:1", "1:1", "write", "rmw")} <= on_ddr0
 
 
+def test_write_penalty_sweeps_page_sizes_like_the_other_families(cxl_env):
+    """page = ["4k", "thp"] is two sweeps, not one case asking for a list."""
+    planned = write_penalty.plan(spec(op=["write"], store=["regular"], page=["4k", "thp"]), cxl_env)
+    pages = [p.case.params["page"] for p in planned if p.case.target == "ddr0"]
+    assert sorted(set(pages)) == ["4k", "thp"]
+    assert not any(p.skip and "page policy" in p.skip for p in planned)
+
+
 def test_page_size_skips_hugetlb_sizes_not_reserved_with_the_reason(cxl_env):
     planned = page_size.plan(spec(working_set=["64KiB", "1GiB"]), cxl_env)
     skipped = [p for p in planned if p.skip]

@@ -61,12 +61,12 @@ def plan(spec: dict, env: Env) -> list[Planned]:
     for initiator, tier in host_pairs(spec, env):
         threads = thread_list(spec.get("threads", [1]), len(initiator.cpus))
         for p in sweep(spec, op=spec.get("op", list(OPS)), store=spec.get("store", list(STORES)),
-                       threads=threads):
+                       threads=threads, page=spec.get("page", "4k")):
             if p["op"] == "read" and p["store"] == "nt":
                 continue                       # no stores to make non-temporal
             for wb in (partial if p["op"] == "partial" else [LINE]):
                 params = {**p, "write_bytes": wb, "array_bytes": array_bytes,
-                          "iterations": spec.get("iterations", 10), "page": spec.get("page", "4k")}
+                          "iterations": spec.get("iterations", 10)}
                 case = Case(NAME, initiator.name, tier.name, tier.kind, params,
                             spec["repetitions"], spec["warmup"])
                 planned.append(Planned(case, cannot(params, tier, env), estimate(params, spec)))
