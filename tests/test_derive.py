@@ -228,6 +228,15 @@ def test_penalty_ratios_are_slowdowns_per_line_with_the_ecc_state_beside():
     assert np.allclose(out["lo"], out["value"]) and np.allclose(out["hi"], out["value"])
 
 
+def test_penalty_ratios_never_divide_across_page_sizes():
+    small, huge = penalty_frame().assign(page="4k"), penalty_frame().assign(page="thp")
+    huge.loc[(huge["op"] == "write") & (huge["store"] == "regular") & (huge["metric"] == "ns_per_line"),
+             "value"] = 4.0
+    out = derive.penalty_ratios(pd.concat([small, huge], ignore_index=True))
+    by_page = out[out["ratio"] == "write ÷ read"].set_index("page")["value"]
+    assert by_page["4k"] == pytest.approx(2.0) and by_page["thp"] == pytest.approx(4.0)
+
+
 def test_ecc_state_by_target_from_a_run_record():
     meta = {"ecc": {"state": "EDAC: none"}, "cases": [
         {"benchmark": "write_penalty", "target": "ddr0", "info": {"ecc": "EDAC SECDED: 3 corrected"}},

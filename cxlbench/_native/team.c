@@ -105,9 +105,12 @@ int cb_team_run(const int *cpus, size_t nthreads, int passes,
         err = ENOMEM;
         goto out_free;
     }
-    pthread_mutex_init(&x.lock, NULL);
-    pthread_cond_init(&x.opened, NULL);
-    pthread_barrier_init(&x.barrier, NULL, (unsigned)nthreads);
+    if ((err = pthread_mutex_init(&x.lock, NULL)) != 0)
+        goto out_free;
+    if ((err = pthread_cond_init(&x.opened, NULL)) != 0)
+        goto out_lock;
+    if ((err = pthread_barrier_init(&x.barrier, NULL, (unsigned)nthreads)) != 0)
+        goto out_cond;
 
     size_t created = 0;
     for (size_t i = 0; i < nthreads; i++) {
@@ -130,7 +133,9 @@ int cb_team_run(const int *cpus, size_t nthreads, int passes,
             most_cpu(x.cpu, nthreads, passes, cpu_seconds_out);
     }
     pthread_barrier_destroy(&x.barrier);
+out_cond:
     pthread_cond_destroy(&x.opened);
+out_lock:
     pthread_mutex_destroy(&x.lock);
 out_free:
     free(members);

@@ -304,18 +304,21 @@ PENALTIES = [
 
 def penalty_ratios(samples: pd.DataFrame, ecc: str | dict | None = None,
                    confidence: float = 0.95) -> pd.DataFrame:
-    """Write-penalty slowdowns per initiator × target × threads: the ratio of the
+    """Write-penalty slowdowns per initiator × target × threads (× page size): the ratio of the
     median ns_per_line of two ops (above 1: the first is slower per 64-byte line),
     with its confidence interval over repetitions. `ecc`: the run's ECC state (one
     line, or {target: line}) put beside every ratio — the measured ratio is the
     finding; the ECC state is context, never its cause by itself."""
-    cols = ["initiator", "target", "threads", "ratio", "value", "lo", "hi", "numerator_ns",
+    cols = ["initiator", "target", "threads", "page", "ratio", "value", "lo", "hi", "numerator_ns",
             "denominator_ns", "write_bytes", "ecc"]
     fam = samples[(samples["metric"] == "ns_per_line")] if "metric" in samples.columns else samples
     if fam.empty or "op" not in fam.columns:
         return pd.DataFrame(columns=cols)
     rows = []
-    for (ini, tgt, thr), g in fam.groupby(["initiator", "target", "threads"], sort=True):
+    keys = ["initiator", "target", "threads"] + (["page"] if "page" in fam.columns else [])
+    for key, g in fam.groupby(keys, sort=True):
+        ini, tgt, thr = key[:3]
+        page = {"page": key[3]} if len(key) > 3 else {}        # never a ratio across page sizes
         sizes = sorted(g.loc[g["op"] == "partial", "write_bytes"].dropna().unique()) or [None]
         for name, num, den in PENALTIES:
             for wb in sizes:
@@ -326,7 +329,7 @@ def penalty_ratios(samples: pd.DataFrame, ecc: str | dict | None = None,
                     continue
                 r = ratio_ci(vb, va, confidence)
                 partial = "partial" in (num[0], den[0])
-                rows.append({"initiator": ini, "target": tgt, "threads": int(thr),
+                rows.append({"initiator": ini, "target": tgt, "threads": int(thr), **page,
                              "ratio": name.replace("partial", f"partial {int(wb)} B") if partial and wb else name,
                              "value": r.ratio, "lo": r.lo, "hi": r.hi,
                              "numerator_ns": float(np.median(va)), "denominator_ns": float(np.median(vb)),

@@ -33,8 +33,8 @@ KERNELS = {k: (len(r), len(r)) for k, r in ROLES.items()}
 
 def addresses(kernel: str, bufs: list) -> tuple[int, int, int]:
     """The a, b, c addresses for kernel, one buffer per role it uses, 0 for the rest.
-    Two roles on one buffer would copy an array onto itself: every line already
-    in cache when it is written, half the traffic counted twice."""
+    Two roles on one buffer would make copy an in-place update (each line read
+    and written back), not a copy, whose destination the cache must first read."""
     by_role = dict(zip(ROLES[kernel], bufs, strict=True))
     return tuple(by_role[r].addr if r in by_role else 0 for r in "abc")
 

@@ -316,7 +316,13 @@ def _write_penalty(tp: pd.DataFrame, reps: pd.DataFrame) -> dict | None:
         vals = fam[col].astype(str).str.lower()
         if (vals == "read").any() and vals.str.contains("write").any():
             read = fam[vals == "read"].sort_values("median", ascending=False).iloc[0]
-            writes = fam[vals.str.contains("write")]
+            alike = pd.Series(True, index=fam.index)         # a write of the read's threads and page
+            for same in ("threads", "page"):
+                if same in fam.columns and pd.notna(read.get(same)):
+                    alike &= fam[same] == read[same]
+            writes = fam[vals.str.contains("write") & alike]
+            if writes.empty:
+                return None
             exact = writes[writes[col].astype(str).str.lower() == "write"]
             write = (exact if len(exact) else writes).sort_values("median").iloc[0]
             r = ratio_ci(_values(reps, write), _values(reps, read), 0.95)
