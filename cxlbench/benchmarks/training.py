@@ -554,8 +554,9 @@ def _measure_optimizer(case: Case, env: Env, info: dict) -> list[Sample]:
     impls = case.params["impls"].split(",")
     samples: list[Sample] = []
     skipped = {}
-    if tier.kind == "nvme":
-        return _measure_nvme_optimizer(case, tier, initiator, n, info)
+    if tier.kind == "nvme":                   # each sample says the threads it ran on
+        return [Sample(x.metric, x.value, x.repetition, {**x.params, "threads": info["threads"]})
+                for x in _measure_nvme_optimizer(case, tier, initiator, n, info)]
     nodes = {"params": tier.node, "optimizer": tier.node, "grads": tier.node}
     medians = {}
     for impl in impls:
