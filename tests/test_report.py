@@ -301,3 +301,11 @@ def test_report_in_headless_chromium(runs, tmp_path):
     assert img.size == (1400, 3000)
     colours = len(img.resize((140, 300)).getcolors(maxcolors=1 << 20) or [])
     assert colours > 50                                                 # text, tables and charts drawn
+
+
+def test_counts_and_sizes_read_as_a_person_writes_them():
+    from cxlbench.report.build import param_value
+    from cxlbench.report.plots import _si_tick
+    assert param_value("n_params", 16777216) == "16.8M" and param_value("n_params", 512) == "512"
+    assert param_value("array_bytes", 1 << 29) == "512MiB"
+    assert [_si_tick(v) for v in (2, 4194304, 1.5e9, 250e6)] == ["2", "4.19M", "1.5G", "250M"]

@@ -91,6 +91,8 @@ def param_value(name: str, v: Any) -> str:
         v = int(v)
     if name.endswith("_bytes") and isinstance(v, (int, np.integer)):
         return format_size(int(v))
+    if name == "n_params" and isinstance(v, (int, np.integer)) and v >= 10**4:
+        return f"{v / 1e6:.3g}M"                    # 16777216 -> 16.8M, as the axes say
     if isinstance(v, float):
         return fmt_num(v)
     return str(v)
