@@ -10,7 +10,6 @@
  * slice, AVX-512 or AVX2 where the CPU has it. Python checks the result against
  * torch's own AdamW before using it.
  */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -29,7 +28,7 @@
 struct adamw {
     float *p, *m, *v;
     const float *g;
-    float decay, b1, b2, one_b1, one_b2, step_size, bc2_sqrt, eps;
+    float decay, b2, one_b1, one_b2, step_size, bc2_sqrt, eps;
 };
 
 static void update_scalar(const struct adamw *a, size_t lo, size_t hi)

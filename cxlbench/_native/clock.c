@@ -14,20 +14,6 @@ uint64_t cb_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-void cb_pass_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads, int passes,
-                     double *seconds_out)
-{
-    for (int it = 0; it < passes; it++) {
-        const uint64_t *s = start + (size_t)it * nthreads, *e = end + (size_t)it * nthreads;
-        uint64_t first = UINT64_MAX, last = 0;
-        for (size_t i = 0; i < nthreads; i++) {
-            first = s[i] < first ? s[i] : first;
-            last = e[i] > last ? e[i] : last;
-        }
-        seconds_out[it] = (double)(last - first) * 1e-9;
-    }
-}
-
 uint64_t cb_clock_ns(clockid_t id)
 {
     struct timespec ts;
@@ -39,23 +25,6 @@ uint64_t cb_clock_ns(clockid_t id)
 uint64_t cb_thread_cpu_ns(void)
 {
     return cb_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-}
-
-void cb_pass_held(const uint64_t *start, const uint64_t *end, const uint64_t *cpu,
-                  size_t nthreads, int passes, double *held_out)
-{
-    for (int it = 0; it < passes; it++) {
-        size_t row = (size_t)it * nthreads;
-        double least = 1.0;
-        for (size_t i = 0; i < nthreads; i++) {
-            uint64_t wall = end[row + i] - start[row + i];
-            /* The CPU stamps are taken just outside the wall stamps, so a thread
-             * that ran throughout reads a hair over 1: that is 1. */
-            double held = wall ? (double)cpu[row + i] / (double)wall : 1.0;
-            least = held < least ? held : least;
-        }
-        held_out[it] = least;
-    }
 }
 
 int cb_pin_self(const int *cpus, size_t ncpus)

@@ -16,19 +16,11 @@
 /* ---- clock.c: time and CPU affinity ------------------------------------ */
 
 uint64_t cb_now_ns(void);                          /* CLOCK_MONOTONIC, ns */
-/* Threads started together, `passes` times: start/end hold passes rows of nthreads
- * stamps; a pass lasts from its first thread's start to its last thread's end. */
-void cb_pass_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads, int passes,
-                     double *seconds_out);
 /* Any clock (a thread's CPU clock from pthread_getcpuclockid too), ns; 0 on error. */
 uint64_t cb_clock_ns(clockid_t id);
 /* CLOCK_THREAD_CPUTIME_ID of the calling thread, ns: time it really held a CPU
  * (on a guest with steal-time accounting, less what the hypervisor took); 0 on error. */
 uint64_t cb_thread_cpu_ns(void);
-/* Same rows, with cpu[] each thread's CPU time over its own [start, end]:
- * held_out[pass] = min over threads of cpu / (end - start), at most 1. */
-void cb_pass_held(const uint64_t *start, const uint64_t *end, const uint64_t *cpu,
-                  size_t nthreads, int passes, double *held_out);
 int cb_pin_self(const int *cpus, size_t ncpus);    /* sched_setaffinity(calling thread) */
 /* pthread_create on one CPU from the first instruction; 0 or an errno value. */
 int cb_start_pinned(pthread_t *tid, int cpu, void *(*fn)(void *), void *arg);
@@ -37,8 +29,9 @@ int cb_start_pinned(pthread_t *tid, int cpu, void *(*fn)(void *), void *arg);
 
 /* One thread per entry of cpus, each pinned there, runs pass(job, thread) `passes`
  * times; every pass starts at a barrier. seconds_out[i]: from the first thread
- * leaving the barrier to the last finishing pass i. held_out (may be NULL): as
- * cb_pass_held. cpu_seconds_out (may be NULL): the CPU time of the slowest
+ * leaving the barrier to the last finishing pass i. held_out (may be NULL): the
+ * least, over threads, of its CPU time over its own interval in pass i, at most 1.
+ * cpu_seconds_out (may be NULL): the CPU time of the slowest
  * thread's pass i. 0 or an errno value (a thread that could not start: none run). */
 int cb_team_run(const int *cpus, size_t nthreads, int passes,
                 void (*pass)(void *job, size_t thread), void *job,

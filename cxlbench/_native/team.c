@@ -70,6 +70,39 @@ static void open_gate(struct team *x, int abort)
     pthread_mutex_unlock(&x->lock);
 }
 
+/* Each pass: from its first thread's start to its last thread's end. */
+static void pass_seconds(const uint64_t *start, const uint64_t *end, size_t nthreads,
+                         int passes, double *seconds_out)
+{
+    for (int it = 0; it < passes; it++) {
+        const uint64_t *s = start + (size_t)it * nthreads, *e = end + (size_t)it * nthreads;
+        uint64_t first = UINT64_MAX, last = 0;
+        for (size_t i = 0; i < nthreads; i++) {
+            first = s[i] < first ? s[i] : first;
+            last = e[i] > last ? e[i] : last;
+        }
+        seconds_out[it] = (double)(last - first) * 1e-9;
+    }
+}
+
+/* Each pass: the least, over threads, of its CPU time over its own [start, end]. */
+static void pass_held(const uint64_t *start, const uint64_t *end, const uint64_t *cpu,
+                      size_t nthreads, int passes, double *held_out)
+{
+    for (int it = 0; it < passes; it++) {
+        size_t row = (size_t)it * nthreads;
+        double least = 1.0;
+        for (size_t i = 0; i < nthreads; i++) {
+            uint64_t wall = end[row + i] - start[row + i];
+            /* The CPU stamps are taken just outside the wall stamps, so a thread
+             * that ran throughout reads a hair over 1: that is 1. */
+            double held = wall ? (double)cpu[row + i] / (double)wall : 1.0;
+            least = held < least ? held : least;
+        }
+        held_out[it] = least;
+    }
+}
+
 /* The slowest thread's CPU time in each pass. */
 static void most_cpu(const uint64_t *cpu, size_t nthreads, int passes, double *out)
 {
@@ -126,9 +159,9 @@ int cb_team_run(const int *cpus, size_t nthreads, int passes,
         pthread_join(members[i].tid, NULL);
 
     if (!err) {
-        cb_pass_seconds(x.start, x.end, nthreads, passes, seconds_out);
+        pass_seconds(x.start, x.end, nthreads, passes, seconds_out);
         if (held_out)
-            cb_pass_held(x.start, x.end, x.cpu, nthreads, passes, held_out);
+            pass_held(x.start, x.end, x.cpu, nthreads, passes, held_out);
         if (cpu_seconds_out)
             most_cpu(x.cpu, nthreads, passes, cpu_seconds_out);
     }
