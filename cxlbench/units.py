@@ -1,4 +1,4 @@
-"""Sizes as people write them ("64KiB", "1GiB", "2M") and back."""
+"""Sizes as people write them ("64KiB", "1GiB", "2M") and back; counts as they read them."""
 from __future__ import annotations
 
 import re
@@ -27,3 +27,12 @@ def format_size(n: int | float) -> str:
         if n >= scale:
             return f"{n // scale}{unit}" if n % scale == 0 else f"{n / scale:.1f}{unit}"
     return f"{n}B"
+
+
+def format_count(n: float, sep: str = "") -> str:
+    """A count in three figures with a decimal prefix: 131392 -> 131k, 4194304 -> 4.19M,
+    1.5e9 -> 1.5G (sep goes between number and prefix: '131 k')."""
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{sep}{unit}"
+    return f"{n:g}"

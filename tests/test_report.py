@@ -305,7 +305,8 @@ def test_report_in_headless_chromium(runs, tmp_path):
 
 def test_counts_and_sizes_read_as_a_person_writes_them():
     from cxlbench.report.build import param_value
-    from cxlbench.report.plots import _si_tick
+    from cxlbench.units import format_count
     assert param_value("n_params", 16777216) == "16.8M" and param_value("n_params", 512) == "512"
     assert param_value("array_bytes", 1 << 29) == "512MiB"
-    assert [_si_tick(v) for v in (2, 4194304, 1.5e9, 250e6)] == ["2", "4.19M", "1.5G", "250M"]
+    assert [format_count(v) for v in (2, 4194304, 1.5e9, 250e6)] == ["2", "4.19M", "1.5G", "250M"]
+    assert format_count(131392, " ") == "131 k"                   # the terminal summary's form

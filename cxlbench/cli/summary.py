@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from cxlbench.units import format_count
+
 
 def per_repetition(frame: pd.DataFrame) -> pd.DataFrame:
     """One value per (case, repetition): the median of that trial's inner iterations."""
@@ -90,7 +92,7 @@ def _training(frame: pd.DataFrame, tier: str) -> list[str]:
                            f"({first.get('compute')})", text))
     for _, row in sel[(sel["mode"] == "find_max") & (sel.metric == "max_params")].iterrows():
         lines.append(_line(f"largest config that fits, {row.get('engine')} ({row.get('compute')})",
-                           f"{row.get('max_config')} ({_count(row.value)} params)"))
+                           f"{row.get('max_config')} ({format_count(row.value, ' ')} params)"))
     opt = sel[(sel["mode"] == "optimizer") & (sel.metric == "params_per_s")]
     if "impl" in opt.columns:
         opt = opt[opt["impl"].notna()]
@@ -109,14 +111,6 @@ def _training(frame: pd.DataFrame, tier: str) -> list[str]:
         lines.append(_line(f"AdamW, {what} ({impl}, {who})",
                            _fmt((_spread(rows.value / 1e6), 0), "M params/s", 0)))
     return lines
-
-
-def _count(n: float) -> str:
-    """131392 -> '131 k', 27.3e6 -> '27.3 M', 8.03e9 -> '8.03 G'."""
-    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= div:
-            return f"{n / div:.3g} {unit}"
-    return f"{n:.0f}"
 
 
 def _line(label: str, value: str) -> str:

@@ -18,7 +18,7 @@ from cxlbench.analysis import machine as machine_mod
 from cxlbench.analysis.compare import fmt_num, params_text
 from cxlbench.analysis.stats import ratio_ci
 from cxlbench.report.plots import MARKERS, PALETTE, STYLES, Chart, Series, render
-from cxlbench.units import format_size
+from cxlbench.units import format_count, format_size
 
 #: Families in the order a reader expects them; others follow alphabetically.
 FAMILIES = {
@@ -91,8 +91,8 @@ def param_value(name: str, v: Any) -> str:
         v = int(v)
     if name.endswith("_bytes") and isinstance(v, (int, np.integer)):
         return format_size(int(v))
-    if name == "n_params" and isinstance(v, (int, np.integer)) and v >= 10**4:
-        return f"{v / 1e6:.3g}M"                    # 16777216 -> 16.8M, as the axes say
+    if name == "n_params" and isinstance(v, (int, np.integer)):
+        return format_count(v)                      # 16777216 -> 16.8M, as the axes say
     if isinstance(v, float):
         return fmt_num(v)
     return str(v)

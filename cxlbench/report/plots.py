@@ -18,7 +18,7 @@ from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from cxlbench.units import format_size
+from cxlbench.units import format_count, format_size
 
 # Okabe–Ito: distinguishable with the common colour-vision deficiencies; its yellow
 # (#F0E442) is darkened to #9A8700, which a thin line on white needs to be seen.
@@ -85,14 +85,6 @@ def _fmt_tick(v: float, _pos=None) -> str:
     return f"{v:g}"
 
 
-def _si_tick(v: float, _pos=None) -> str:
-    """4194304 -> '4.19M', 1.6e9 -> '1.6G': counts (parameters, params/s) a reader can read."""
-    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= div:
-            return f"{v / div:.3g}{unit}"
-    return f"{v:g}"
-
-
 def _byte_ticks(lo: float, hi: float) -> list[float]:
     a, b = math.floor(math.log2(max(lo, 1))), math.ceil(math.log2(max(hi, 1)))
     step = max(1, math.ceil((b - a + 1) / 7))
@@ -145,7 +137,7 @@ def _draw_lines(ax, chart: Chart) -> None:
     elif xs_all and all(float(x).is_integer() for x in xs_all) and len(set(xs_all)) <= 16:
         ax.xaxis.set_major_locator(FixedLocator(sorted(set(xs_all))))     # threads: 1, 2, 4, ...
         ax.xaxis.set_minor_locator(NullLocator())
-        ax.xaxis.set_major_formatter(FuncFormatter(_si_tick))        # threads: 1, 2; params: 4.19M
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v)))  # 1, 2; 4.19M
     if chart.logy and ys_all and min(ys_all) > 0:
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(_fmt_tick))
@@ -153,7 +145,7 @@ def _draw_lines(ax, chart: Chart) -> None:
         if chart.y_from_zero:
             ax.set_ylim(bottom=0)
         if ys_all and max(abs(y) for y in ys_all) >= 1e5:   # no "1e9" stranded above the axis
-            ax.yaxis.set_major_formatter(FuncFormatter(_si_tick))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v)))
     if chart.marks and xs_all:
         lo, hi = min(xs_all), max(xs_all)
         for x, label in chart.marks:
