@@ -84,28 +84,36 @@ def _estimate(params: dict, spec: dict) -> float:
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
-    from cxlbench import _native
-
     p = case.params
     tier = env.tier(case.target)
     cpus = env.initiator(case.initiator).cpus[:p["threads"]]
-    arrays, moved = KERNELS[p["kernel"]]
+    arrays, _ = KERNELS[p["kernel"]]
     samples = []
     for rep in range(case.repetitions):
         bufs = [place(p["array_bytes"], tier.node, p["page"]) for _ in range(arrays)]
         try:
-            a, b, c = addresses(p["kernel"], bufs)
-            if case.warmup:
-                _native.stream(p["kernel"], a, b, c, p["array_bytes"], cpus, p["nt"], case.warmup)
-            times, held = _native.stream(p["kernel"], a, b, c, p["array_bytes"],
-                                         cpus, p["nt"], p["iterations"], held=True)
             found = {"page_bytes": min(x.page_bytes_found for x in bufs),
-                     "huge_coverage": min(x.huge_coverage for x in bufs),
-                     "cpu_held": round(statistics.median(held), 4)}
+                     "huge_coverage": min(x.huge_coverage for x in bufs)}
+            samples += time_kernel(p["kernel"], bufs, p["array_bytes"], cpus, p["nt"], case.warmup,
+                                   p["iterations"], rep, found)
         finally:
             for x in bufs:
                 x.close()
-        samples += [Sample("bandwidth_GBps", moved * p["array_bytes"] / t / 1e9, rep,
-                           {**found, "iteration": i}) for i, t in enumerate(times)]
     info["cpus"] = cpus
     return samples
+
+
+def time_kernel(kernel: str, bufs: list, array_bytes: int, cpus: list[int], nt: bool,
+                warmup: int, iterations: int, rep: int, found: dict) -> list[Sample]:
+    """Repetition `rep` of kernel over bufs (one per role it uses): `warmup` untimed
+    passes, then one bandwidth sample per timed iteration, with what the caller found
+    about the buffers and cpu_held (see above)."""
+    from cxlbench import _native
+    a, b, c = addresses(kernel, bufs)
+    if warmup:
+        _native.stream(kernel, a, b, c, array_bytes, cpus, nt, warmup)
+    times, held = _native.stream(kernel, a, b, c, array_bytes, cpus, nt, iterations, held=True)
+    found = {**found, "cpu_held": round(statistics.median(held), 4)}
+    moved = KERNELS[kernel][1] * array_bytes
+    return [Sample("bandwidth_GBps", moved / t / 1e9, rep, {**found, "iteration": i})
+            for i, t in enumerate(times)]

@@ -18,10 +18,8 @@ instead (a socket as a CXL stand-in).
 """
 from __future__ import annotations
 
-import statistics
-
 from cxlbench.benchmarks import loaded_latency
-from cxlbench.benchmarks.bandwidth import KERNELS, addresses, thread_counts
+from cxlbench.benchmarks.bandwidth import KERNELS, thread_counts, time_kernel
 from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, sweep
 from cxlbench.benchmarks.sizes import stream_array_bytes
 from cxlbench.results.schema import Case, Sample
@@ -142,7 +140,6 @@ def estimate(params: dict, spec: dict, env: Env) -> float:
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
-    from cxlbench import _native
     from cxlbench.memory import PlacementError
     from cxlbench.memory.interleave import allocate_interleaved
     p = case.params
@@ -160,23 +157,15 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     samples: list[Sample] = []
     for rep in range(case.repetitions):
         if p["probe"] == "bandwidth":
-            arrays, moved = KERNELS[p["kernel"]]
-            bufs = [place(p["array_bytes"]) for _ in range(arrays)]
+            bufs = [place(p["array_bytes"]) for _ in range(KERNELS[p["kernel"]][0])]
             try:
-                a, b, c = addresses(p["kernel"], bufs)
-                threads = cpus[:p["threads"]]
-                if case.warmup:
-                    _native.stream(p["kernel"], a, b, c, p["array_bytes"], threads, False, case.warmup)
-                times, held = _native.stream(p["kernel"], a, b, c, p["array_bytes"],
-                                             threads, False, p["iterations"], held=True)
-                found = {"page_bytes": bufs[0].page_bytes_found, "huge_coverage": bufs[0].huge_coverage,
-                         "cpu_held": round(statistics.median(held), 4)}     # as bandwidth's
+                found = {"page_bytes": bufs[0].page_bytes_found, "huge_coverage": bufs[0].huge_coverage}
                 _record(info, bufs[0])
+                samples += time_kernel(p["kernel"], bufs, p["array_bytes"], cpus[:p["threads"]], False,
+                                       case.warmup, p["iterations"], rep, found)
             finally:
                 for x in bufs:
                     x.close()
-            samples += [Sample("bandwidth_GBps", moved * p["array_bytes"] / t / 1e9, rep,
-                               {**found, "iteration": i}) for i, t in enumerate(times)]
         else:
             chase = place(p["working_set_bytes"])
             load = place(p["load_bytes"] * p["load_threads"])

@@ -163,7 +163,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
 
 
 def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env,
-          info: dict, extra: dict | None = None, seed: int | None = None) -> list[Sample]:
+          info: dict, extra: dict | None = None, *, seed: int) -> list[Sample]:
     """One repetition's points — idle, then every delay — on buffers already placed
     (any object with addr and length: a HostBuffer, an interleaved buffer); seed: the
     chase's cycle (Case.seed(rep), distinct across processes)."""
@@ -171,7 +171,7 @@ def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env
     reads, writes = parse_mix(p["mix"])
     chase_cpu, load_cpus = cpus[0], list(cpus[1:1 + p["load_threads"]])
     duration_ns = int(env.suite.get("min_sample_s", 0.2) * 1e9)
-    heads = _native.chase_init(chase.addr, chase.length, LINE, 0, 1, seed or rep + 1)
+    heads = _native.chase_init(chase.addr, chase.length, LINE, 0, 1, seed)
     op = {"reads": reads, "writes": writes, "nt": bool(p.get("nt", False))}
     if rep == 0:
         info["chase_cpu"], info["load_cpus"] = chase_cpu, load_cpus
