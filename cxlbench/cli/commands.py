@@ -46,24 +46,21 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         find_max: bool = False) -> int:
     from cxlbench.cli.summary import tier_summary
     from cxlbench.results.store import load_run
-    from cxlbench.runner.run import RunConfig, plan_suite, run as run_suite
-    from cxlbench.runner.suite import load_suite, with_find_max
+    from cxlbench.runner.run import RunConfig, prepare, run as run_suite
 
     out_path = Path(out)
     if out_path.exists() and not out_path.is_dir():
         raise UserError(f"--out {out} is a file, not a results directory")
-    if list_only:
-        env = _env(root, list(declarations))
-        plan = load_suite(suite)
-        for p in plan_suite(with_find_max(plan) if find_max else plan, env):
-            print(f"{'skip' if p.skip else 'run ':4}  ~{p.estimate_s:5.1f}s  {p.case.case_id}"
-                  + (f"  ({p.skip})" if p.skip else ""))
-        return 0
+    config = RunConfig(suite, list(declarations), label, out, root, command=list(command),
+                       time_budget_s=budget, find_max=find_max)
     try:
-        outcome = run_suite(RunConfig(suite, list(declarations), label, out, root,
-                                      command=list(command), time_budget_s=budget,
-                                      find_max=find_max))
-    except ValueError as e:
+        if list_only:                 # the plan `run` would measure, planned the same way
+            for p in prepare(config)[1]:
+                print(f"{'skip' if p.skip else 'run ':4}  ~{p.estimate_s:5.1f}s  {p.case.case_id}"
+                      + (f"  ({p.skip})" if p.skip else ""))
+            return 0
+        outcome = run_suite(config)
+    except ValueError as e:           # a tier declaration the machine cannot honour
         raise UserError(str(e)) from None
     run_ = load_run(outcome.path)
     print(tier_summary(run_.samples))

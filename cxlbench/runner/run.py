@@ -89,8 +89,9 @@ def _native_built() -> None:
                          "or `pip install -e .` in this checkout")
 
 
-def run(config: RunConfig) -> RunOutcome:
-    _native_built()
+def prepare(config: RunConfig) -> tuple[Env, list[Planned]]:
+    """The suite as the config asks for it (--find-max, --budget), the machine it
+    runs on, and the plan: what `run` measures and `run --list` prints."""
     suite = load_suite(config.suite)
     if config.find_max:
         suite = with_find_max(suite)
@@ -100,6 +101,13 @@ def run(config: RunConfig) -> RunOutcome:
     planned = plan_suite(suite, env)
     if config.only is not None:
         planned = [p for p in planned if p.case.case_id in set(config.only)]
+    return env, planned
+
+
+def run(config: RunConfig) -> RunOutcome:
+    _native_built()
+    env, planned = prepare(config)
+    suite = env.suite
     writer = RunWriter(config.out, env.machine.hostname, {
         "label": config.label, "machine_name": env.machine.hostname, "hostname": socket.gethostname(),
         "command": config.command, "suite": {k: v for k, v in suite.items() if k != "benchmark"} |
