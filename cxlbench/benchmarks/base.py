@@ -94,6 +94,7 @@ def place(length: int, node: int, page: str = "4k"):
     except PlacementError as e:
         raise Skip(str(e)) from None
 
+
 def cpu_held(threads: int, fn: Callable, *args) -> tuple[Any, float]:
     """Run fn(*args) (a timed native loop on `threads` threads of this process) and
     return its result with the fraction of the wall time those threads held a CPU.

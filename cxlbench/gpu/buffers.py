@@ -46,8 +46,6 @@ class DeviceBuffer(Closeable):
             self.ptr = 0
 
 
-
-
 class PageableHost(Closeable):
     """A host buffer on `node` with `page` pages, verified by the placement layer;
     PlacementError when it cannot be placed (the family records a skip)."""
@@ -83,8 +81,6 @@ class PageableHost(Closeable):
 
     def close(self) -> None:
         self.buf.close()
-
-
 
 
 class PinnedHost(PageableHost):
@@ -141,5 +137,3 @@ class ManagedBuffer(Closeable):
         if self.ptr:
             self.dev.free(self.ptr)
             self.ptr = 0
-
-

@@ -100,7 +100,6 @@ def merge(prev: CaseResult | None, part: CaseResult, piece: Slice) -> CaseResult
     return merged
 
 
-
 def ended(result: CaseResult) -> bool:
     """No more processes for this case: it failed, was skipped, or was cut short."""
     return result.status != OK or "repetitions_measured" in result.info

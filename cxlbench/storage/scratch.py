@@ -273,6 +273,3 @@ class ScratchFile(ClosedWhenCollected):
         self._closed = True
         self._unlink()
         os.close(self.fd)
-
-
-

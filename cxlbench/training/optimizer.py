@@ -204,7 +204,7 @@ def _check_updated(impl: str, before: torch.Tensor, after: torch.Tensor) -> None
     stale = int((before == after).sum())
     if stale:
         raise NoWorkDone(f"{impl} AdamW left {stale} of {before.numel()} spot-checked "
-                           f"parameters unchanged in a timed step: no rate recorded")
+                         f"parameters unchanged in a timed step: no rate recorded")
 
 
 def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
