@@ -51,16 +51,12 @@ class PageableHost(Closeable):
     PlacementError when it cannot be placed (the family records a skip)."""
 
     def __init__(self, nbytes: int, node: int, page: str = "4k"):
-        try:
-            from cxlbench import _native  # the placement layer's system calls
-            if not getattr(_native, "__file__", None):
-                # the source folder cxlbench/_native/ imports as an empty namespace package
-                raise ImportError("only its C sources were found")
-        except ImportError as e:
-            raise Unavailable(f"the C core (cxlbench._native) is not built here ({e}), so host "
+        from cxlbench.memory import allocate, native_missing
+        why = native_missing()            # the placement layer's system calls
+        if why:
+            raise Unavailable(f"the C core (cxlbench._native) is not built here ({why}), so host "
                               f"buffers cannot be placed on a node; build it with `python setup.py "
-                              f"build_ext --inplace`") from None
-        from cxlbench.memory import allocate
+                              f"build_ext --inplace`")
         self.buf = allocate(nbytes, node, page=page)
         self.nbytes = nbytes
         self.node = node

@@ -9,8 +9,8 @@ is wrong and what to do. verify_on_node checks any range of this process
 (the training engine uses it on tensors).
 """
 from .errors import PlacementError
-from .host import HostBuffer, allocate, safety_margin
+from .host import HostBuffer, allocate, native_missing, safety_margin
 from .verify import PagePlacement, page_nodes, placement, verify_on_node
 
 __all__ = ["allocate", "HostBuffer", "PlacementError", "verify_on_node", "page_nodes",
-           "placement", "PagePlacement", "safety_margin"]
+           "placement", "PagePlacement", "safety_margin", "native_missing"]

@@ -41,6 +41,18 @@ GUARD_BYTES = 4096
 CAP_IPC_LOCK = 14
 
 
+def native_missing() -> str | None:
+    """Why the C core that places buffers cannot be used here, or None. The source
+    folder cxlbench/_native/ imports as an empty namespace package when the module
+    was never built, so a successful import is not enough."""
+    from importlib import import_module
+    try:
+        native = import_module("cxlbench._native")
+    except ImportError as e:
+        return str(e)
+    return None if getattr(native, "__file__", None) else "only its C sources were found"
+
+
 def safety_margin(node_total_bytes: int) -> int:
     return max(int(node_total_bytes * MARGIN_FRACTION), MARGIN_MIN_BYTES)
 

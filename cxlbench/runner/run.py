@@ -80,11 +80,10 @@ def versions() -> dict[str, str]:
 
 
 def _native_built() -> None:
-    """cxlbench/_native/ holds the C sources, so without the compiled module
-    `import cxlbench._native` still succeeds (an empty namespace package) and every
-    case would fail on a missing attribute. Say so once, before anything runs."""
-    from importlib import import_module
-    if getattr(import_module("cxlbench._native"), "__file__", None) is None:
+    """Without the compiled C core every case would fail on a missing attribute:
+    say so once, before anything runs."""
+    from cxlbench.memory import native_missing
+    if native_missing():
         raise SuiteError("the C core (cxlbench._native) is not built: run `make setup`, "
                          "or `pip install -e .` in this checkout")
 
