@@ -272,3 +272,14 @@ def test_resources_close_on_with_and_when_collected_never_twice():
     del d                                      # device memory is never freed by the collector
     gc.collect()
     assert closed == ["with", "dropped"]
+
+
+def test_native_missing_tells_a_built_core_from_its_source_folder(monkeypatch):
+    import sys
+    import types
+    from cxlbench.memory import native_missing
+    assert native_missing() is None                         # this checkout is built
+    empty = types.ModuleType("cxlbench._native")            # what the source folder imports as
+    empty.__file__ = None
+    monkeypatch.setitem(sys.modules, "cxlbench._native", empty)
+    assert native_missing() == "only its C sources were found"
