@@ -25,11 +25,15 @@ def lat_mem_rd_1g(out: Path) -> list[float]:
             for v in floats(p, 1, lambda f: f[0] == "1024.00000")]
 
 
+def per_round(frame, keys: list[str]):
+    """One figure per round (run) and keys: the median over its repetitions of each
+    repetition's median over its iterations."""
+    reps = frame.groupby(["run_id", "case_id", *keys, "repetition"], dropna=False).value.median()
+    return reps.reset_index().groupby(["run_id", *keys], dropna=False).value.median().reset_index()
+
+
 def main(out: Path) -> None:
-    df = cxlbench.load(out / "results")
-    reps = df.groupby(["run_id", "case_id", "benchmark", "page", "threads", "repetition"],
-                      dropna=False).value.median().reset_index()
-    per_run = reps.groupby(["run_id", "benchmark", "page", "threads"], dropna=False).value.median().reset_index()
+    per_run = per_round(cxlbench.load(out / "results"), ["benchmark", "page", "threads"])
 
     def ours(benchmark, page, threads=None):
         sel = per_run[(per_run.benchmark == benchmark) & (per_run.page == page)]
@@ -75,8 +79,7 @@ def kernels(out: Path) -> None:
     """Each round's cxlbench figure is the median of its repetitions (each the
     median of its iterations); likwid-bench's is its one run."""
     df = cxlbench.load(out / "results")
-    reps = df.groupby(["run_id", "kernel", "nt", "threads", "repetition"]).value.median().reset_index()
-    per_run = reps.groupby(["run_id", "kernel", "nt", "threads"]).value.median().reset_index()
+    per_run = per_round(df[df.benchmark == "bandwidth"], ["kernel", "nt", "threads"])
     rows = []
     for kernel, tool in LIKWID.items():
         for nt in (False, True):
@@ -88,8 +91,7 @@ def kernels(out: Path) -> None:
                              f"likwid-bench {tool.replace('_avx', '_mem_avx') if nt else tool}"))
     lines = df[(df.benchmark == "write_penalty") & (df.metric == "bandwidth_GBps")]
     if not lines.empty:
-        reps = lines.groupby(["run_id", "op", "store", "threads", "repetition"]).value.median().reset_index()
-        per_run = reps.groupby(["run_id", "op", "store", "threads"]).value.median().reset_index()
+        per_run = per_round(lines, ["op", "store", "threads"])
         for op, store, file, tool in LINE_OPS:
             for threads in (1, 2):
                 sel = per_run[(per_run.op == op) & (per_run.store == store) & (per_run.threads == threads)]
