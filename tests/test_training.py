@@ -472,12 +472,7 @@ def test_a_native_adamw_is_used_only_if_it_computes_torchs_adamw(monkeypatch):
         def adamw_step(p, g, m, v, n, step, lr, beta1, beta2, eps, wd):
             pt, gt, mt, vt = (torch.frombuffer((ctypes.c_float * n).from_address(a), dtype=torch.float32)
                               for a in (p, g, m, v))
-            if decay:
-                pt.mul_(1 - lr * wd)
-            mt.mul_(beta1).add_(gt, alpha=1 - beta1)
-            vt.mul_(beta2).addcmul_(gt, gt, value=1 - beta2)
-            denom = (vt / (1 - beta2 ** step)).sqrt_().add_(eps)
-            pt.addcdiv_(mt, denom, value=-lr / (1 - beta1 ** step))
+            _torch_adam_update(0, step, lr, beta1, beta2, eps, wd if decay else 0.0, True, pt, gt, mt, vt)
         return adamw_step
 
     monkeypatch.setattr(optimizer, "_native_adamw", lambda: kernel(decay=True))
@@ -507,7 +502,8 @@ def _fake_deepspeed(monkeypatch, adam_update):
 
 
 def _torch_adam_update(opt_id, step, lr, beta1, beta2, eps, wd, bias_correction, p, g, m, v):
-    """DeepSpeed's adam_update contract (AdamW mode), written in torch."""
+    """AdamW written in torch, with DeepSpeed's adam_update signature: what the fake
+    outside kernels (DeepSpeed's, the C core's) compute when they are right."""
     p.mul_(1 - lr * wd)
     m.mul_(beta1).add_(g, alpha=1 - beta1)
     v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
