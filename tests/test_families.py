@@ -5,8 +5,10 @@ import pytest
 
 from cxlbench.benchmarks import bandwidth, latency
 from cxlbench.benchmarks.sizes import latency_sweep
+from cxlbench.benchmarks.spec import Spec
 from cxlbench.results.schema import Case
 from cxlbench.runner.run import build_env
+from planning import plan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SUITE = {"repetitions": 2, "warmup": 1, "min_sample_s": 0.01}
@@ -21,17 +23,18 @@ def two_socket():
 def here():
     env = build_env("/", [])
     env.suite = dict(SUITE)
+    env.spec = Spec(name="test", **SUITE)
     return env
 
 
 def test_all_initiators_give_mlcs_matrix(two_socket):
-    planned = latency.plan({**SUITE, "initiators": "all", "working_set": ["1MiB"]}, two_socket)
+    planned = plan(latency, {**SUITE, "initiators": "all", "working_set": ["1MiB"]}, two_socket)
     pairs = {(p.case.initiator, p.case.target) for p in planned}
     assert pairs == {(i, t) for i in ("cpu:node0", "cpu:node1") for t in ("ddr0", "ddr1", "cxl2")}
 
 
 def test_local_initiators_reach_cpu_less_tiers_from_the_nearest_node(two_socket):
-    planned = latency.plan({**SUITE, "working_set": ["1MiB"]}, two_socket)
+    planned = plan(latency, {**SUITE, "working_set": ["1MiB"]}, two_socket)
     assert {(p.case.initiator, p.case.target) for p in planned} == {
         ("cpu:node0", "ddr0"), ("cpu:node1", "ddr1"), ("cpu:node0", "cxl2")}
 
@@ -39,7 +42,7 @@ def test_local_initiators_reach_cpu_less_tiers_from_the_nearest_node(two_socket)
 def test_cases_that_cannot_run_are_planned_with_a_reason(two_socket):
     spec = {**SUITE, "page": ["hugetlb-1g", "4k"], "working_set": ["8GiB", "100TiB"]}
     skips = {(p.case.params["page"], p.case.params["working_set_bytes"]): p.skip
-             for p in latency.plan(spec, two_socket) if p.case.target == "ddr0"}
+             for p in plan(latency, spec, two_socket) if p.case.target == "ddr0"}
     assert "hugetlb-1g pages on node 0" in skips[("hugetlb-1g", 8 << 30)] or skips[("hugetlb-1g", 8 << 30)] is None
     assert "free memory" in skips[("4k", 100 << 40)]
     assert skips[("4k", 8 << 30)] is None
@@ -53,7 +56,7 @@ def test_sweep_is_finer_around_the_caches(two_socket):
 
 
 def test_bandwidth_threads_go_up_to_the_initiator_and_skip_nt_reads(two_socket):
-    planned = bandwidth.plan({**SUITE, "kernel": ["read", "triad"], "nt": [False, True],
+    planned = plan(bandwidth, {**SUITE, "kernel": ["read", "triad"], "nt": [False, True],
                               "tiers": ["ddr0"]}, two_socket)
     threads = sorted({p.case.params["threads"] for p in planned})
     ncpus = len(two_socket.initiators["cpu:node0"].cpus)

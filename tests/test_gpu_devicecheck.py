@@ -4,6 +4,7 @@ zero-copy crossover — each with its verdict — and the exit status."""
 import pytest
 
 from cxlbench.benchmarks import gpu_bandwidth, gpu_latency, gpu_write_penalty, gpu_zerocopy
+from cxlbench.benchmarks.base import describe
 from cxlbench.gpu import devicecheck, device, torchref
 from cxlbench.gpu.fake import FakeDevice
 from cxlbench.results.schema import Case, CaseResult
@@ -27,8 +28,9 @@ def _make_run(tmp_path, monkeypatch):
     dev = FakeDevice(chase_ns=34 / 1.5)                     # 34 cycles at 1500 MHz: Hopper's L1
     monkeypatch.setattr(device, "open_device", lambda env, name: dev)
     monkeypatch.setattr(torchref, "TorchCopies", FakeTorchCopies)
+    families = {m.NAME: describe(m) for m in (gpu_bandwidth, gpu_latency, gpu_write_penalty, gpu_zerocopy)}
     writer = RunWriter(tmp_path, "gpu-host", {"machine": {"gpus": [{"name": "NVIDIA H200"}]},
-                                              "label": "device-check"})
+                                              "label": "device-check", "families": families})
     cases = [
         (gpu_bandwidth, "hbm0", "hbm", bw("copy")),
         (gpu_bandwidth, "hbm0", "hbm", bw("memcpy_d2d", impl="torch")),

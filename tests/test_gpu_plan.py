@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from cxlbench.benchmarks import FAMILIES, family
+from cxlbench.benchmarks import FAMILIES, family, gpu_zerocopy, spec
 from cxlbench.runner.run import build_env, plan_suite
-from cxlbench.runner.suite import benchmark_specs, load_suite
+from cxlbench.runner.suite import families, load_suite
+from planning import plan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GPU_FAMILIES = ["gpu_latency", "gpu_bandwidth", "gpu_write_penalty", "gpu_zerocopy", "gpu_storage"]
@@ -64,7 +65,7 @@ def test_without_a_gpu_every_case_is_planned_and_skipped_with_no_gpu(where, requ
 
 def test_every_family_plans_no_gpu_on_a_cpu_machine(cxl_node):
     for name in GPU_FAMILIES:
-        planned = family(name).plan(dict(SPEC), cxl_node)
+        planned = plan(family(name), dict(SPEC), cxl_node)
         assert planned and all(p.skip == "no GPU" for p in planned), name
 
 
@@ -72,7 +73,7 @@ def test_bandwidth_states_its_unit_convention(gpu_node):
     from cxlbench.benchmarks import gpu_bandwidth
     spec = {**SPEC, "op": list(gpu_bandwidth.OPS), "impl": ["cuda", "torch"], "size": ["1MiB"],
             "host_memory": ["pinned", "pageable"]}
-    planned = gpu_bandwidth.plan(spec, gpu_node)
+    planned = plan(gpu_bandwidth, spec, gpu_node)
     counted = {p.case.params["op"]: p.case.params["bytes_counted"] for p in planned}
     assert counted == {"read": "once", "write": "once", "copy": "read+write", "triad": "read+write",
                        "memcpy_d2d": "read+write", "h2d": "once", "d2h": "once", "bidir": "once",
@@ -87,14 +88,16 @@ def test_local_means_the_gpus_own_node(cxl_node):
     from cxlbench.benchmarks.gpu_common import host_tiers
     from cxlbench.topology.model import Initiator
     gpu = Initiator("gpu:0", "gpu", node=1, gpu=0)
-    assert [t.name for t in host_tiers({"tiers": ["local"]}, cxl_node, gpu)] == ["ddr1"]
-    assert [t.name for t in host_tiers({"tiers": ["local", "cxl"]}, cxl_node, gpu)] == ["cxl2", "ddr1"]
-    assert [t.name for t in host_tiers({}, cxl_node, gpu)] == ["cxl2", "ddr0", "ddr1"]
+    def tiers(**table):
+        return [t.name for t in host_tiers(spec.of(gpu_zerocopy, table), cxl_node, gpu)]
+    assert tiers(tiers=["local"]) == ["ddr1"]
+    assert tiers(tiers=["local", "cxl"]) == ["cxl2", "ddr1"]
+    assert tiers() == ["cxl2", "ddr0", "ddr1"]
 
 
 def test_cases_that_cannot_run_say_why(gpu_node):
     from cxlbench.benchmarks import gpu_bandwidth, gpu_latency, gpu_zerocopy
-    lat = gpu_latency.plan({**SPEC, "tiers": ["hbm", "ddr"], "working_set": ["32B", "1MiB", "100TiB"],
+    lat = plan(gpu_latency, {**SPEC, "tiers": ["hbm", "ddr"], "working_set": ["32B", "1MiB", "100TiB"],
                             "stride": ["64B", "12B"]}, gpu_node)
     skips = {(p.case.target, p.case.params["working_set_bytes"], p.case.params["stride_bytes"]): p.skip
              for p in lat}
@@ -102,10 +105,11 @@ def test_cases_that_cannot_run_say_why(gpu_node):
     assert "multiple of 8" in skips[("hbm0", 1 << 20, 12)]
     assert "free memory" in skips[("ddr0", 100 << 40, 64)]
     assert skips[("hbm0", 1 << 20, 64)] is None and skips[("ddr0", 1 << 20, 64)] is None
-    bw = gpu_bandwidth.plan({**SPEC, "op": ["nope", "read"], "size": ["1000B"]}, gpu_node)
-    assert any("unknown op" in p.skip for p in bw)
+    bw = plan(gpu_bandwidth, {**SPEC, "op": ["read"], "size": ["1000B"]}, gpu_node)
     assert any("multiple of 4 KiB" in (p.skip or "") for p in bw)
-    zc = gpu_zerocopy.plan({**SPEC, "data": ["1MiB"]}, gpu_node)
+    with pytest.raises(spec.SpecError, match="op = .*nope"):       # a value no family has: the suite's error
+        plan(gpu_bandwidth, {**SPEC, "op": ["nope", "read"]}, gpu_node)
+    zc = plan(gpu_zerocopy, {**SPEC, "data": ["1MiB"]}, gpu_node)
     assert all(p.skip is None for p in zc) and len(zc) == 4
 
 
@@ -116,7 +120,7 @@ def test_managed_memory_is_measured_from_the_gpus_node_only(cxl_node):
     env = build_env(str(FIXTURES / "two_socket_cxl"), [], {})
     env.initiators["gpu:0"] = Initiator("gpu:0", "gpu", node=0, gpu=0)
     assert gpu_initiators(env)[1] is None                    # a fixture: no runtime check
-    planned = gpu_zerocopy.plan({**SPEC, "data": ["1MiB"]}, env)
+    planned = plan(gpu_zerocopy, {**SPEC, "data": ["1MiB"]}, env)
     managed = {p.case.target: p.skip for p in planned if p.case.params["strategy"] == "managed_fault"}
     assert managed["ddr0"] is None
     assert "first touch" in managed["ddr1"] and "first touch" in managed["cxl2"]
@@ -124,6 +128,6 @@ def test_managed_memory_is_measured_from_the_gpus_node_only(cxl_node):
 
 
 def test_specs_of_the_suite_are_all_gpu_families():
-    specs = benchmark_specs(load_suite("gpu"))
-    assert {s["name"] for s in specs} <= set(GPU_FAMILIES)
-    assert all(s["repetitions"] >= 3 for s in specs)
+    specs = [spec for _, _, spec in families(load_suite("gpu"))]
+    assert {s.name for s in specs} <= set(GPU_FAMILIES)
+    assert all(s.repetitions >= 3 for s in specs)

@@ -18,9 +18,11 @@ import pytest
 from cxlbench import _native
 from cxlbench.benchmarks import interleave, loaded_latency, page_size, write_penalty, zerocopy
 from cxlbench.benchmarks.base import Env
+from cxlbench.benchmarks.spec import Spec
 from cxlbench.results.schema import Case
 from cxlbench.runner.run import build_env
-from cxlbench.runner.suite import DEFAULTS, benchmark_specs, load_suite
+from cxlbench.runner.suite import DEFAULTS, families, load_suite
+from planning import plan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TWO_SOCKET = str(FIXTURES / "two_socket_cxl")
@@ -214,7 +216,7 @@ def pairs(planned):
 
 @pytest.mark.parametrize("family", [loaded_latency, write_penalty, page_size])
 def test_mlc_matrix_covers_every_initiator_and_target(cxl_env, family):
-    planned = family.plan(spec(initiators="all"), cxl_env)
+    planned = plan(family, spec(initiators="all"), cxl_env)
     cpus = {i for i, x in cxl_env.initiators.items() if x.kind == "cpu"}
     tiers = {t for t, x in cxl_env.tiers.items() if x.is_host_memory}
     assert cpus == {"cpu:node0", "cpu:node1"} and tiers == {"ddr0", "ddr1", "cxl2"}
@@ -223,7 +225,7 @@ def test_mlc_matrix_covers_every_initiator_and_target(cxl_env, family):
 
 
 def test_loaded_latency_plans_read_and_mixed_load_with_mlc_delays(cxl_env):
-    planned = loaded_latency.plan(spec(), cxl_env)
+    planned = plan(loaded_latency, spec(), cxl_env)
     assert {p.case.params["mix"] for p in planned} == {"read", "2:1"}
     assert all(p.case.params["delays"] == "mlc" and p.skip is None for p in planned)
     # every tier from its nearest CPU node by default; the fixture's nodes have 16+ CPUs
@@ -232,7 +234,7 @@ def test_loaded_latency_plans_read_and_mixed_load_with_mlc_delays(cxl_env):
 
 
 def test_write_penalty_plans_every_op_store_and_partial_size(cxl_env):
-    planned = write_penalty.plan(spec(partial_bytes=[4, 8]), cxl_env)
+    planned = plan(write_penalty, spec(partial_bytes=[4, 8]), cxl_env)
     on_ddr0 = {(p.case.params["op"], p.case.params["store"], p.case.params["write_bytes"])
                for p in planned if p.case.target == "ddr0"}
     assert ("read", "nt", 64) not in on_ddr0
@@ -242,14 +244,14 @@ def test_write_penalty_plans_every_op_store_and_partial_size(cxl_env):
 
 def test_write_penalty_sweeps_page_sizes_like_the_other_families(cxl_env):
     """page = ["4k", "thp"] is two sweeps, not one case asking for a list."""
-    planned = write_penalty.plan(spec(op=["write"], store=["regular"], page=["4k", "thp"]), cxl_env)
+    planned = plan(write_penalty, spec(op=["write"], store=["regular"], page=["4k", "thp"]), cxl_env)
     pages = [p.case.params["page"] for p in planned if p.case.target == "ddr0"]
     assert sorted(set(pages)) == ["4k", "thp"]
     assert not any(p.skip and "page policy" in p.skip for p in planned)
 
 
 def test_page_size_skips_hugetlb_sizes_not_reserved_with_the_reason(cxl_env):
-    planned = page_size.plan(spec(working_set=["64KiB", "1GiB"]), cxl_env)
+    planned = plan(page_size, spec(working_set=["64KiB", "1GiB"]), cxl_env)
     skipped = [p for p in planned if p.skip]
     assert skipped and all("reserve" in p.skip for p in skipped)
     assert {p.case.params["page"] for p in skipped} <= {"hugetlb-2m", "hugetlb-1g"}
@@ -258,7 +260,7 @@ def test_page_size_skips_hugetlb_sizes_not_reserved_with_the_reason(cxl_env):
 
 
 def test_zerocopy_plans_every_initiator_with_every_far_tier(cxl_env):
-    planned = zerocopy.plan(spec(), cxl_env)
+    planned = plan(zerocopy, spec(), cxl_env)
     assert pairs(planned) == {("cpu:node0", "ddr1"), ("cpu:node0", "cxl2"),
                               ("cpu:node1", "ddr0"), ("cpu:node1", "cxl2")}
     assert all(p.skip is None for p in planned)
@@ -268,14 +270,14 @@ def test_zerocopy_plans_every_initiator_with_every_far_tier(cxl_env):
 
 
 def test_interleave_plans_ddr_with_cxl_at_every_weight(cxl_env):
-    planned = interleave.plan(spec(), cxl_env)
+    planned = plan(interleave, spec(), cxl_env)
     assert {p.case.target for p in planned} == {"ddr0+cxl2"}         # nearest CPU node's DDR
     assert {p.case.params["ddr_weight"] for p in planned} == {100, 75, 50, 25, 0}
     assert {p.case.params["probe"] for p in planned} == {"bandwidth", "loaded_latency"}
-    every = interleave.plan(spec(initiators="all"), cxl_env)
+    every = plan(interleave, spec(initiators="all"), cxl_env)
     assert {(p.case.initiator, p.case.target) for p in every} == \
         {("cpu:node0", "ddr0+cxl2"), ("cpu:node1", "ddr1+cxl2")}
-    sockets = interleave.plan(spec(**{"with": ["ddr"]}), cxl_env)
+    sockets = plan(interleave, spec(**{"with": ["ddr"]}), cxl_env)
     assert {p.case.target for p in sockets} == {"ddr1+ddr0", "ddr0+ddr1"}
 
 
@@ -283,16 +285,23 @@ def test_interleave_plans_ddr_with_cxl_at_every_weight(cxl_env):
 
 @pytest.fixture(scope="module")
 def here() -> Env:
-    return build_env("/", [], {"min_sample_s": 0.02})
+    return quick_env()
+
+
+def quick_env() -> Env:
+    """This machine, with timed runs of 20 ms."""
+    env = build_env("/", [], {"min_sample_s": 0.02})
+    env.spec = Spec(name="test", min_sample_s=0.02)
+    return env
 
 
 def test_one_node_machine_records_why_nothing_far_was_measured():
     env = build_env(TWO_SOCKET, [], {})
     one = Env(env.machine, {"ddr0": env.tiers["ddr0"]},
               {"cpu:node0": env.initiators["cpu:node0"]}, {}, TWO_SOCKET)
-    [zc] = zerocopy.plan(spec(), one)
+    [zc] = plan(zerocopy, spec(), one)
     assert zc.skip and "no far tier" in zc.skip and zc.case.target == "ddr0"
-    [il] = interleave.plan(spec(), one)
+    [il] = plan(interleave, spec(), one)
     assert il.skip and "second node" in il.skip
 
 
@@ -305,7 +314,7 @@ def measure(family, planned, env, info=None):
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs")
 def test_loaded_latency_on_this_machine_stores_a_curve_with_its_idle_point(here):
-    planned = loaded_latency.plan(spec(repetitions=1, working_set="8MiB", load_bytes="8MiB",
+    planned = plan(loaded_latency, spec(repetitions=1, working_set="8MiB", load_bytes="8MiB",
                                        delays=[0, 5000], mix=["read"]), here)
     samples, info = measure(loaded_latency, [p for p in planned if p.case.target == "ddr0"], here)
     by = {(s.metric, s.params["load_threads"], s.params["delay"]) for s in samples}
@@ -320,7 +329,7 @@ def test_loaded_latency_on_this_machine_stores_a_curve_with_its_idle_point(here)
 
 
 def test_write_penalty_on_this_machine_annotates_the_ecc_state(here):
-    planned = write_penalty.plan(spec(repetitions=1, array_bytes="4MiB", iterations=2,
+    planned = plan(write_penalty, spec(repetitions=1, array_bytes="4MiB", iterations=2,
                                       op=["partial"], store=["nt"]), here)
     samples, info = measure(write_penalty, planned, here)
     assert {s.metric for s in samples} == {"bandwidth_GBps", "ns_per_line"}
@@ -330,7 +339,7 @@ def test_write_penalty_on_this_machine_annotates_the_ecc_state(here):
 
 def test_mlp_chains_add_ns_per_load(here):
     from cxlbench.benchmarks import latency
-    planned = latency.plan(spec(repetitions=1, working_set=["4MiB"], chains=[2]), here)
+    planned = plan(latency, spec(repetitions=1, working_set=["4MiB"], chains=[2]), here)
     samples, _ = measure(latency, planned, here)
     one = {s.metric: s.value for s in samples}
     assert set(one) == {"latency_ns", "ns_per_load"}
@@ -338,7 +347,7 @@ def test_mlp_chains_add_ns_per_load(here):
 
 
 def test_page_size_measures_both_probes_here(here):
-    planned = page_size.plan(spec(repetitions=1, page=["thp"], working_set=["4MiB"],
+    planned = plan(page_size, spec(repetitions=1, page=["thp"], working_set=["4MiB"],
                                   array_bytes="8MiB", iterations=2), here)
     for p in planned:
         samples, _ = page_size.measure(p.case, here, {}), None
@@ -365,8 +374,8 @@ def reserved_2m():
 
 
 def test_hugetlb_chase_runs_once_pages_are_reserved(reserved_2m):
-    env = build_env("/", [], {"min_sample_s": 0.02})
-    planned = page_size.plan(spec(repetitions=1, page=["hugetlb-2m"], working_set=["4MiB"],
+    env = quick_env()
+    planned = plan(page_size, spec(repetitions=1, page=["hugetlb-2m"], working_set=["4MiB"],
                                   probe=["latency"]), env)
     samples, _ = measure(page_size, [p for p in planned if p.case.target == "ddr0"], env)
     assert samples and all(s.params["page_bytes"] == 2 << 20 and s.params["huge_coverage"] == 1.0
@@ -454,11 +463,11 @@ def test_suites_plan_on_the_fixture_and_here(name):
     for root in (TWO_SOCKET, "/"):
         env = build_env(root, [], suite)
         planned = plan_suite(suite, env)
-        families = {p.case.benchmark for p in planned}
+        measured = {p.case.benchmark for p in planned}
         assert {"latency", "bandwidth", "loaded_latency", "write_penalty", "page_size",
-                "zerocopy", "interleave"} <= families
+                "zerocopy", "interleave"} <= measured
         assert all(p.skip or p.estimate_s > 0 for p in planned)
-    assert benchmark_specs(suite)
+    assert families(suite)
 
 
 # ---- the two-node families' code paths, degenerate on this machine's one node ---------

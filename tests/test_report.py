@@ -196,7 +196,9 @@ def test_unknown_family_falls_back_to_a_table_and_a_chart(tmp_path):
            for k in (1, 2, 4, 8) for f in ("a", "b")]
     res += [syn.case_result("oddball", "ddr0", {"mode": mode}, {"seconds": syn.noisy(rng, 2.0, 0.02, 5)})
             for mode in ("x", "y")]
-    path = syn.write_run(tmp_path, res, label="new")
+    undescribed = {"mystery": {"metrics": {"iops": {"unit": "IO/s", "better": "higher"}}},
+                   "oddball": {"metrics": {"seconds": {"unit": "s", "better": "lower"}}}}
+    path = syn.write_run(tmp_path, res, label="new", families=undescribed)
     text = report.render([path], tmp_path / "u.html").read_text()
     validate(text)
     assert 'id="family-mystery"' in text and 'id="family-oddball"' in text

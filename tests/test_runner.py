@@ -16,9 +16,10 @@ from cxlbench.runner.run import RunConfig, run
 TESTS = Path(__file__).parent
 
 
-def suite_file(tmp_path, modes, **extra):
+def suite_file(tmp_path, modes, table=None, **extra):
     lines = [f'{k} = {json.dumps(v)}' for k, v in extra.items()]
     lines += ["[[benchmark]]", 'name = "fakes.family"', f"modes = {json.dumps(modes)}"]
+    lines += [f'{k} = {json.dumps(v)}' for k, v in (table or {}).items()]
     path = tmp_path / "s.toml"
     path.write_text("\n".join(lines) + "\n")
     return str(path)
@@ -144,7 +145,7 @@ def test_repetitions_spread_over_processes_are_numbered_across_them(tmp_path):
 
 def test_a_process_that_dies_fails_its_case_and_keeps_what_the_others_measured(tmp_path):
     outcome = run(RunConfig(suite_file(tmp_path, ["second_crashes", "ok"], repetitions=4, processes=2,
-                                       scratch=str(tmp_path)), out=str(tmp_path / "r")))
+                                       table={"scratch": str(tmp_path)}), out=str(tmp_path / "r")))
     assert statuses(outcome) == [("second_crashes", "failed"), ("ok", "ok")]
     assert outcome.results[0].reason.startswith("process 2 of 2: worker killed by SIGKILL")
     stored = load_run(outcome.path)
@@ -174,7 +175,7 @@ def test_a_budget_spent_between_processes_keeps_what_was_measured_as_ok(tmp_path
     from cxlbench.runner import run as run_mod
     clock = {"t": 0.0}
 
-    def fake_case(case, env, timeout):
+    def fake_case(case, ref, env, timeout):
         clock["t"] += 1.0
         return CaseResult(case, OK, samples=[Sample("latency_ns", 1.0, r) for r in range(case.repetitions)])
     monkeypatch.setattr(run_mod, "run_case", fake_case)

@@ -22,11 +22,14 @@ import pytest
 from cxlbench import _native
 from cxlbench.benchmarks import family, storage
 from cxlbench.benchmarks.base import Env, Skip
+from cxlbench.benchmarks.spec import SpecError
+from cxlbench.benchmarks.spec import of as spec_of
 from cxlbench.memory import allocate
 from cxlbench.results.schema import Case
 from cxlbench.storage import (PREFIX, FileMapping, ScratchFile, StorageError, inspect_directory,
                               owner_pid, sweep_stale)
 from cxlbench.topology.model import Cpu, Environment, Initiator, Machine, Node, Tier
+from planning import plan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
@@ -274,7 +277,7 @@ def test_a_killed_worker_leaves_nothing_or_the_next_start_sweeps_it(scratch):
     left = files_in(scratch)
     assert len(left) == 1 and owner_pid(left[0]) == p.pid
     env = machine_env(scratch)
-    storage.plan(spec(rw=["randread"]), env)                 # the next start sweeps
+    plan(storage, spec(rw=["randread"]), env)                 # the next start sweeps
     assert files_in(scratch) == []
 
 
@@ -366,13 +369,13 @@ def machine_env(path=None, nodes=None) -> Env:
 
 
 def test_without_an_nvme_tier_every_point_is_skipped_with_the_reason():
-    planned = storage.plan(spec(rw=["randread", "read", "mmap-chase"], qd=[1, 4]), machine_env())
+    planned = plan(storage, spec(rw=["randread", "read", "mmap-chase"], qd=[1, 4]), machine_env())
     assert planned and all(p.skip == storage.NO_TIER for p in planned)
     assert {p.case.target for p in planned} == {"nvme"}
 
 
 def test_the_default_sweep(scratch):
-    planned = storage.plan(spec(), machine_env(scratch))
+    planned = plan(storage, spec(), machine_env(scratch))
     assert all(p.skip is None for p in planned), [p.skip for p in planned if p.skip]
     cases = [p.case for p in planned]
     assert len({c.case_id for c in cases}) == len(cases)
@@ -390,7 +393,7 @@ def test_the_default_sweep(scratch):
 
 
 def test_the_qd_sweep_and_the_chase(scratch):
-    planned = storage.plan(spec(rw=["randread", "mmap-chase"], qd=[1, 2, 4, 8, 16, 32, 64]),
+    planned = plan(storage, spec(rw=["randread", "mmap-chase"], qd=[1, 2, 4, 8, 16, 32, 64]),
                            machine_env(scratch))
     rand = [p.case.params for p in planned if p.case.params["rw"] == "randread"]
     assert [p["qd"] for p in rand] == [1, 2, 4, 8, 16, 32, 64]
@@ -399,19 +402,22 @@ def test_the_qd_sweep_and_the_chase(scratch):
 
 
 def test_points_that_cannot_run_carry_their_reason(scratch):
-    planned = storage.plan(spec(rw=["randread", "scan"], block=["4KiB", "6000"], qd=[1, 8],
-                                engine=["psync"], buffer_page=["4k", "1g"]),
-                           machine_env(scratch))
-    reasons = {(p.case.params["rw"], p.case.params.get("block_bytes"), p.case.params.get("qd"),
-                p.case.params.get("buffer_page")): p.skip for p in planned}
-    assert reasons[("randread", 4096, 1, "4k")] is None
-    assert "unknown rw" in reasons[("scan", 4096, 1, "4k")]
-    assert "4 KiB" in reasons[("randread", 6000, 1, "4k")]
-    assert "libaio" in reasons[("randread", 4096, 8, "4k")]
-    assert "buffer_page" in reasons[("randread", 4096, 1, "1g")]
-    too_big = storage.plan(spec(rw=["read"], block=["1MiB"], file_size=str(1 << 50)),
+    planned = plan(storage, spec(rw=["randread"], block=["4KiB", "6000"], qd=[1, 8], engine=["psync"]),
+                   machine_env(scratch))
+    reasons = {(p.case.params.get("block_bytes"), p.case.params.get("qd")): p.skip for p in planned}
+    assert reasons[(4096, 1)] is None
+    assert "4 KiB" in reasons[(6000, 1)]
+    assert "libaio" in reasons[(4096, 8)]
+    too_big = plan(storage, spec(rw=["read"], block=["1MiB"], file_size=str(1 << 50)),
                            machine_env(scratch))
     assert "does not fit" in too_big[0].skip
+
+
+@pytest.mark.parametrize("key, value", [("rw", ["randread", "scan"]), ("buffer_page", ["4k", "1g"]),
+                                        ("engine", "io_uring"), ("block", ["4 kilos"]), ("blocks", ["4KiB"])])
+def test_values_the_family_does_not_know_are_refused_naming_the_key(key, value):
+    with pytest.raises(SpecError, match=f"{key}"):
+        spec_of(storage, spec(**{key: value}))
 
 
 @pytest.mark.parametrize("which", ["missing", "readonly", "tmpfs"])
@@ -419,7 +425,7 @@ def test_a_bad_directory_skips_every_point_with_one_reason(tmp_path, request, wh
     d = {"missing": lambda: tmp_path / "missing",
          "readonly": lambda: request.getfixturevalue("readonly_dir"),
          "tmpfs": lambda: request.getfixturevalue("shm_dir")}[which]()
-    planned = storage.plan(spec(rw=["randread", "mmap-chase"]), machine_env(d))
+    planned = plan(storage, spec(rw=["randread", "mmap-chase"]), machine_env(d))
     reasons = {p.skip for p in planned}
     assert len(reasons) == 1 and None not in reasons
     expect = {"missing": "does not exist", "readonly": "read-only", "tmpfs": "O_DIRECT"}[which]
@@ -427,19 +433,18 @@ def test_a_bad_directory_skips_every_point_with_one_reason(tmp_path, request, wh
 
 
 def test_buffered_io_only_when_allowed_and_then_labelled(shm_dir):
-    planned = storage.plan(spec(rw=["randread"], allow_buffered=True), machine_env(shm_dir))
+    planned = plan(storage, spec(rw=["randread"], allow_buffered=True), machine_env(shm_dir))
     assert [p.skip for p in planned] == [None]
     assert planned[0].case.params["io"] == "buffered"
-    env = machine_env(shm_dir)
-    env.suite["allow_buffered"] = True                       # or suite-wide
-    assert storage.plan(spec(rw=["read"], block=["1MiB"]), env)[0].case.params["io"] == "buffered"
+    refused = plan(storage, spec(rw=["read"], block=["1MiB"]), machine_env(shm_dir))
+    assert "O_DIRECT" in refused[0].skip
 
 
 @pytest.mark.skipif(not (FIXTURES / "two_socket_cxl").is_dir(), reason="no fixture trees")
 def test_planning_on_the_two_socket_cxl_fixture(scratch):
     from cxlbench.runner.run import build_env
     env = build_env(str(FIXTURES / "two_socket_cxl"), [f"nvme={scratch}"], {})
-    planned = storage.plan(spec(rw=["randread"], qd=[1, 32]), env)
+    planned = plan(storage, spec(rw=["randread"], qd=[1, 32]), env)
     assert [p.skip for p in planned] == [None, None]
     for p in planned:
         node = env.initiator(p.case.initiator).node
@@ -519,7 +524,7 @@ def test_measure_refuses_a_directory_that_went_bad(tmp_path):
 def test_a_case_through_the_runner_worker(scratch):
     from cxlbench.runner.worker import run_case
     env = machine_env(scratch)
-    result = run_case(small_case(env, qd=2, engine="libaio"), env, timeout_s=60)
+    result = run_case(small_case(env, qd=2, engine="libaio"), "storage", env, timeout_s=60)
     assert result.status == "ok", result.reason
     assert files_in(scratch) == []
 

@@ -15,8 +15,11 @@ def result(ws, values, status="ok", reason=""):
     return CaseResult(case, status, reason, samples if status == "ok" else [])
 
 
+LATENCY = {"latency": {"metrics": {"latency_ns": {"unit": "ns", "better": "lower"}}}}
+
+
 def write_run(tmp_path, finish=True, label=None):
-    w = RunWriter(tmp_path, "host<1>", {"label": label})
+    w = RunWriter(tmp_path, "host<1>", {"label": label, "families": LATENCY})
     w.add(result(1 << 20, [10.0, 11.0, 12.0]))
     w.add(result(1 << 30, [], status="skipped", reason="no hugetlb pages"))
     w.add(result(1 << 21, [20.0, 21.0]))

@@ -23,6 +23,7 @@ from cxlbench.training.placement import (HostArena, Placement, PlacementError,
                                          process_bytes_per_node, verify)
 from cxlbench.training.stepmodel import (Rates, Workload, compare, predict,
                                          tokens_to_hide_optimizer)
+from planning import plan
 
 NODE0 = 0 if os.path.isdir("/sys/devices/system/node/node0") else None
 
@@ -310,7 +311,7 @@ def _by(planned):
 
 def test_planning_without_a_gpu_skips_gpu_cases_and_runs_cpu_ones(tmp_path):
     from cxlbench.benchmarks import training
-    planned = _by(training.plan(SPEC, _env(tmp_path, gpu=False)))
+    planned = _by(plan(training, SPEC, _env(tmp_path, gpu=False)))
     gpu_cases = {k: p for k, p in planned.items() if k[0] == "gpu:0"}
     assert {(t, e) for _, t, e in gpu_cases} == {("ddr0", "offload"), ("cxl1", "offload"),
                                                   ("nvme0", "offload"), ("hbm0", "none"),
@@ -327,7 +328,7 @@ def test_planning_without_a_gpu_skips_gpu_cases_and_runs_cpu_ones(tmp_path):
 
 def test_planning_with_a_gpu_runs_gpu_cases_and_explains_what_cannot_fit(tmp_path):
     from cxlbench.benchmarks import training
-    planned = _by(training.plan(SPEC, _env(tmp_path, gpu=True, cxl_free=1 << 20)))
+    planned = _by(plan(training, SPEC, _env(tmp_path, gpu=True, cxl_free=1 << 20)))
     assert all(k[0] == "gpu:0" for k in planned)          # no CPU-compute cases by default
     assert planned[("gpu:0", "hbm0", "none")].skip is None
     assert planned[("gpu:0", "ddr0", "fsdp2_cpu_offload")].skip is None
@@ -337,24 +338,23 @@ def test_planning_with_a_gpu_runs_gpu_cases_and_explains_what_cannot_fit(tmp_pat
     no_cxl = dict(SPEC, optimizer_on=["cxl"])
     env = _env(tmp_path, gpu=True)
     del env.tiers["cxl1"]
-    (only,) = training.plan(dict(no_cxl, engine=["offload"]), env)
+    (only,) = plan(training, dict(no_cxl, engine=["offload"]), env)
     assert "no CXL tier" in only.skip
 
 
 def test_measure_yields_registered_metrics_and_a_step_model_verdict(tmp_path):
     from cxlbench.benchmarks import training
-    from cxlbench.results.schema import METRICS
     env = _env(tmp_path, gpu=False)
     env.tiers = {k: v for k, v in env.tiers.items() if k != "cxl1"}
     env.machine.nodes.pop(1)
     if NODE0 is None:
         pytest.skip("no NUMA node 0")
-    planned = training.plan(dict(SPEC, engine=["offload"], optimizer_on=["nvme"]), env)
+    planned = plan(training, dict(SPEC, engine=["offload"], optimizer_on=["nvme"]), env)
     (case,) = [p.case for p in planned if p.skip is None]
     info: dict = {}
     samples = training.measure(case, env, info)
     torch.set_num_threads(1)
-    assert {s.metric for s in samples} <= set(METRICS)
+    assert {s.metric for s in samples} <= set(training.METRICS)
     steps = [s for s in samples if s.metric == "tokens_per_s"]
     assert [s.params["iteration"] for s in steps] == [0, 1, 2] and all(s.value > 0 for s in steps)
     assert {s.repetition for s in steps} == {0}         # one process: steps are inner iterations
@@ -373,7 +373,7 @@ def test_find_max_reports_the_largest_config_and_why_the_next_does_not_fit(tmp_p
     monkeypatch.setattr(training, "_node_free_now", lambda node: 1 << 30)   # 1 GiB free now
     spec = {"name": "training", "mode": "find_max", "config": ["8b", "tiny"], "steps": 1,
             "warmup_steps": 1, "engine": ["offload"], "optimizer_on": ["ddr"]}
-    (case,) = [p.case for p in training.plan(spec, env) if p.skip is None]
+    (case,) = [p.case for p in plan(training, spec, env) if p.skip is None]
     assert case.params["config"] == "tiny,8b"            # smallest first
     info: dict = {}
     (sample,) = training.measure(case, env, info)
@@ -391,7 +391,7 @@ def test_find_max_does_not_try_a_config_whose_steps_would_outrun_the_case(tmp_pa
     monkeypatch.setattr(training, "_fits", lambda *a, **k: None)           # everything fits
     spec = {"name": "training", "mode": "find_max", "config": ["8b", "tiny"], "steps": 1,
             "warmup_steps": 1, "engine": ["offload"], "optimizer_on": ["ddr"]}
-    (planned,) = [p for p in training.plan(spec, env) if p.skip is None]
+    (planned,) = [p for p in plan(training, spec, env) if p.skip is None]
     assert planned.estimate_s < env.suite.get("case_timeout_s", 600)      # 8b not counted
     info: dict = {}
     (sample,) = training.measure(planned.case, env, info)
@@ -425,14 +425,14 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 def test_planning_the_suite_on_the_fixture_machines():
     from cxlbench.benchmarks import training
     from cxlbench.runner.run import build_env
-    from cxlbench.runner.suite import benchmark_specs, load_suite
-    specs = benchmark_specs(load_suite("training"))
+    from cxlbench.runner.suite import families, load_suite
+    specs = [spec for _, _, spec in families(load_suite("training"))]
 
-    def plan(root):
+    def plan_on(root):
         env = build_env(os.path.join(FIXTURES, root), [], {})
         return env, [p for spec in specs for p in training.plan(spec, env)]
 
-    env, gpu_plan = plan("gpu_node")            # one GPU, one DDR node, no CXL, no NVMe
+    env, gpu_plan = plan_on("gpu_node")            # one GPU, one DDR node, no CXL, no NVMe
     run = {(p.case.target, p.case.params.get("engine")) for p in gpu_plan
            if p.skip is None and p.case.initiator == "gpu:0"}
     assert run == {("ddr0", "offload"), ("hbm0", "none"), ("ddr0", "fsdp2_cpu_offload")}
@@ -441,7 +441,7 @@ def test_planning_the_suite_on_the_fixture_machines():
     assert not any(p.case.params["mode"] == "train" and p.case.initiator.startswith("cpu")
                    for p in gpu_plan)           # a GPU machine trains on its GPU
 
-    env, cxl_plan = plan("two_socket_cxl")      # two sockets and a CXL node, no GPU
+    env, cxl_plan = plan_on("two_socket_cxl")      # two sockets and a CXL node, no GPU
     assert all(p.skip == "no GPU" for p in cxl_plan if p.case.initiator.startswith("gpu"))
     cpu_train = {p.case.target: p for p in cxl_plan if p.case.params["mode"] == "train"
                  and p.case.initiator.startswith("cpu") and p.case.params["engine"] == "offload"}

@@ -18,6 +18,7 @@ from cxlbench.training.configs import model_config, train_config  # noqa: E402
 from cxlbench.training.data import MarkovTokens  # noqa: E402
 from cxlbench.training.engine import Fsdp2Engine, NoOffloadEngine, OffloadEngine  # noqa: E402
 from cxlbench.training.placement import Placement  # noqa: E402
+from planning import plan  # noqa: E402
 
 
 def _gpu_node() -> int:
@@ -115,7 +116,7 @@ def test_the_family_reports_mfu_and_a_model_verdict_on_the_gpu(tmp_path):
     env = build_env("/", [f"nvme={tmp_path}"], {})
     spec = {"name": "training", "config": ["tiny"], "steps": 5, "warmup_steps": 2,
             "engine": ["offload", "none"], "optimizer_on": ["ddr", "hbm"]}
-    cases = [p.case for p in training.plan(spec, env) if p.skip is None]
+    cases = [p.case for p in plan(training, spec, env) if p.skip is None]
     assert {c.params["engine"] for c in cases} == {"offload", "none"}
     for case in cases:
         info: dict = {}

@@ -53,6 +53,13 @@ def machine(hostname: str = "synth-host", cpu_model: str = "Synthetic Xeon 8480 
     return m, tiers
 
 
+def every_family() -> dict[str, dict[str, Any]]:
+    """Each registered family's self-description, as a real run records the ones it ran."""
+    from cxlbench.benchmarks import FAMILIES, family
+    from cxlbench.benchmarks.base import describe
+    return {name: describe(family(name)) for name in FAMILIES}
+
+
 def meta_for(m: Machine, tiers: list[Tier], label: str | None = None, suite: str = "quick",
              **extra: Any) -> dict[str, Any]:
     """run.json fields (before RunWriter adds its own) for a machine."""
@@ -64,6 +71,7 @@ def meta_for(m: Machine, tiers: list[Tier], label: str | None = None, suite: str
                      "torch": "2.13.0", "compiler": "gcc 12.2.0", "kernel": m.environment.kernel},
         "machine": asdict(m), "tiers": [asdict(t) for t in tiers],
         "environment": asdict(m.environment), "warnings": [],
+        "families": every_family(),
     }
     meta.update(extra)
     return meta
@@ -195,7 +203,7 @@ def make_run(results: Iterable[CaseResult], *, m: Machine | None = None,
             "ended": "2026-01-01T00:05:00+00:00", "cases": []}
     rows: list[dict[str, Any]] = []
     for r in results:
-        case_rows = sample_rows(run_id, r)
+        case_rows = sample_rows(run_id, r, meta["families"][r.case.benchmark]["metrics"])
         rows.extend(case_rows)
         c = r.case
         meta["cases"].append({"case_id": c.case_id, "benchmark": c.benchmark, "initiator": c.initiator,

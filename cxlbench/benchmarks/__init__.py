@@ -10,13 +10,14 @@ FAMILIES = {
     "bandwidth": "cxlbench.benchmarks.bandwidth",
     "training": "cxlbench.benchmarks.training",
     "storage": "cxlbench.benchmarks.storage",
-    # host suites (issue 3)
+    # host suites
     "loaded_latency": "cxlbench.benchmarks.loaded_latency",
     "write_penalty": "cxlbench.benchmarks.write_penalty",
     "page_size": "cxlbench.benchmarks.page_size",
     "zerocopy": "cxlbench.benchmarks.zerocopy",
     "interleave": "cxlbench.benchmarks.interleave",
-    "gpu_latency": "cxlbench.benchmarks.gpu_latency",              # GPU suites (issue 7)
+    # GPU suites
+    "gpu_latency": "cxlbench.benchmarks.gpu_latency",
     "gpu_bandwidth": "cxlbench.benchmarks.gpu_bandwidth",
     "gpu_write_penalty": "cxlbench.benchmarks.gpu_write_penalty",
     "gpu_zerocopy": "cxlbench.benchmarks.gpu_zerocopy",
@@ -25,11 +26,20 @@ FAMILIES = {
 
 
 def family(name: str) -> ModuleType:
-    """A family by its short name, or any importable module by dotted path (a plugin)."""
+    """A family by its short name, or any importable module by dotted path (a plugin).
+    The runner hands workers the same reference, so a plugin's NAME need not be
+    its path; a registered family's NAME must be its key (its cases are found by it)."""
     if name in FAMILIES:
-        return importlib.import_module(FAMILIES[name])
+        module = importlib.import_module(FAMILIES[name])
+        if getattr(module, "NAME", None) != name:
+            raise UnknownBenchmark(f"{FAMILIES[name]} declares NAME = {getattr(module, 'NAME', None)!r} "
+                                   f"but is registered as {name!r}")
+        return module
     if "." in name:
-        return importlib.import_module(name)
+        try:
+            return importlib.import_module(name)
+        except ImportError as e:
+            raise UnknownBenchmark(f"benchmark {name!r} cannot be imported: {e}") from None
     raise UnknownBenchmark(f"unknown benchmark {name!r}; known: {', '.join(sorted(FAMILIES))}")
 
 

@@ -16,11 +16,13 @@ the slowest thread is not counted as someone else's time).
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
+from typing import Literal
 
-from cxlbench.benchmarks.base import Env, Planned, as_list, host_pairs, place, sweep
-from cxlbench.benchmarks.sizes import stream_array_bytes
-from cxlbench.results.schema import Case, Sample
-from cxlbench.units import parse_size
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.sizes import array_bytes
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "bandwidth"
 # STREAM's arrays each kernel reads or writes (stream_kernels.h: copy c = a,
@@ -29,6 +31,26 @@ NAME = "bandwidth"
 ROLES = {"read": "a", "write": "a", "copy": "ac", "scale": "bc", "add": "abc", "triad": "abc"}
 # arrays each kernel touches, and how many array-lengths of bytes it moves
 KERNELS = {k: (len(r), len(r)) for k, r in ROLES.items()}
+Kernel = Literal["read", "write", "copy", "scale", "add", "triad"]
+
+METRICS = metrics(Metric("bandwidth_GBps", "GB/s", "higher"))      # 10^9 bytes per second
+SHOW = Show(
+    "Bandwidth", "Streaming kernels over threads, one chart per kernel. GB/s = 10⁹ bytes per second, "
+    "counting the bytes each kernel really moves.",
+    x="threads", facets=("kernel",),
+    headlines=tuple(Headline(f"peak {k} bandwidth ({{threads}} threads)", "bandwidth_GBps",
+                             column=f"peak {k}", where={"kernel": k, "nt": False}, pick="best")
+                    for k in ("read", "triad")))
+
+
+@dataclass(kw_only=True)
+class Spec(s.Spec):
+    array_bytes: s.Size | Literal["auto"] = "auto"    # each array's; auto: 4x the caches (STREAM)
+    threads: tuple[int, ...] | Literal["auto"] = "auto"   # auto: 1, 2, 4 ... every CPU of the node
+    kernel: tuple[Kernel, ...] = tuple(KERNELS)
+    page: tuple[Literal["4k", "thp"], ...] = ("4k",)
+    nt: tuple[bool, ...] = (False,)                   # non-temporal stores
+    iterations: int = 10                              # timed runs per repetition, each kept
 
 
 def addresses(kernel: str, bufs: list) -> tuple[int, int, int]:
@@ -39,35 +61,28 @@ def addresses(kernel: str, bufs: list) -> tuple[int, int, int]:
     return tuple(by_role[r].addr if r in by_role else 0 for r in "abc")
 
 
-def thread_counts(spec_value, ncpus: int) -> list[int]:
-    if spec_value in (None, "auto"):
+def thread_counts(value: tuple[int, ...] | str, ncpus: int) -> list[int]:
+    if value == "auto":
         counts = [n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n < ncpus] + [ncpus]
         return sorted(set(counts))
-    return [n for n in as_list(spec_value) if n <= ncpus]
+    return [n for n in value if n <= ncpus]
 
 
-def plan(spec: dict, env: Env) -> list[Planned]:
-    array = spec.get("array_bytes", "auto")
-    array_bytes = stream_array_bytes(env.machine) if array == "auto" else parse_size(array)
+def plan(spec: Spec, env: Env) -> list[Planned]:
+    size = array_bytes(spec.array_bytes, env.machine)
     planned = []
     for initiator, tier in host_pairs(spec, env):
-        threads = thread_counts(spec.get("threads", "auto"), len(initiator.cpus))
-        for p in sweep(spec, page=spec.get("page", ["4k"]), kernel=spec.get("kernel", list(KERNELS)),
-                       nt=spec.get("nt", [False]), threads=threads):
+        threads = thread_counts(spec.threads, len(initiator.cpus))
+        for p in sweep(page=spec.page, kernel=spec.kernel, nt=spec.nt, threads=threads):
             if p["nt"] and p["kernel"] == "read":
                 continue                      # a read kernel has no stores to make non-temporal
-            params = {**p, "array_bytes": array_bytes, "iterations": spec.get("iterations", 10)}
-            case = Case(NAME, initiator.name, tier.name, tier.kind, params,
-                        spec["repetitions"], spec["warmup"])
+            params = {**p, "array_bytes": size, "iterations": spec.iterations}
+            case = Case(NAME, initiator.name, tier.name, tier.kind, params, spec.repetitions, spec.warmup)
             planned.append(Planned(case, _cannot(params, tier, env), _estimate(params, spec)))
     return planned
 
 
 def _cannot(params: dict, tier, env: Env) -> str | None:
-    if params["kernel"] not in KERNELS:
-        return f"unknown kernel {params['kernel']!r} (use {', '.join(KERNELS)})"
-    if params["page"] not in ("4k", "thp"):
-        return f"page policy {params['page']!r} is not offered for bandwidth (use 4k or thp)"
     node = env.machine.nodes.get(tier.node)
     need = KERNELS[params["kernel"]][0] * params["array_bytes"]
     if node is not None and need > node.mem_free_bytes * 0.8:
@@ -75,12 +90,12 @@ def _cannot(params: dict, tier, env: Env) -> str | None:
     return None
 
 
-def _estimate(params: dict, spec: dict) -> float:
+def _estimate(params: dict, spec: Spec) -> float:
     """Seconds, assuming ~5 GB/s per thread and ~1 GB/s to fault memory in."""
     arrays, moved = KERNELS[params["kernel"]]
     fault = arrays * params["array_bytes"] / 1e9
-    timed = (params["iterations"] + spec["warmup"]) * moved * params["array_bytes"] / (5e9 * params["threads"])
-    return 0.3 + spec["repetitions"] * (fault + timed)
+    timed = (params["iterations"] + spec.warmup) * moved * params["array_bytes"] / (5e9 * params["threads"])
+    return 0.3 + spec.repetitions * (fault + timed)
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:

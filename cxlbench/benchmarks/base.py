@@ -1,19 +1,98 @@
-"""What a benchmark family is: it plans cases for a machine and measures one case.
+"""What a benchmark family is: one module that declares itself whole.
 
-A family is a module with NAME, `plan(spec, env) -> list[Planned]` and
-`measure(case, env) -> list[Sample]`. Planning runs in the runner process;
-measuring runs in a worker process, so a crash costs one case. A case that
-cannot run here is planned with a skip reason (or `measure` raises Skip):
-it is recorded with that reason, never measured somewhere else instead.
+A family module has:
+
+    NAME         its name, equal to its key in benchmarks.FAMILIES
+    Spec         a dataclass derived from spec.Spec: the keys its suite table may
+                 set, typed, with defaults (a key it does not know is an error)
+    METRICS      the Metrics its samples carry (name, unit, better); a sample of
+                 any other metric fails its case
+    SHOW         how it is shown: title, one-line description, x axis, facets,
+                 and the headline figures of the terminal summary and the report
+    ONE_PROCESS  optional, True when its repetitions must share one process
+    plan(spec, env) -> list[Planned]        in the runner process
+    measure(case, env, info) -> list[Sample]  in a worker process, so a crash
+                                            costs one case; `info` takes what it
+                                            found (placement checks, CPUs, warnings)
+
+A case that cannot run here is planned with a skip reason (or `measure` raises
+Skip): it is recorded with that reason, never measured somewhere else instead.
+The runner writes `describe(module)` into run.json, and the summary, the report,
+compare and gate read the family from there, never from this code: a run
+renders as it was recorded. docs/architecture.md walks through adding one.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from types import ModuleType
 from typing import Any, Callable
 
-from cxlbench.results.schema import Case
+from cxlbench.benchmarks.spec import Spec
+from cxlbench.results.schema import Case, Metric
 from cxlbench.topology.model import Initiator, Machine, Tier
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One figure a family contributes per tier to the terminal summary and to the
+    report's tier table: of the samples of `metric` that match `where`, one figure
+    per value of the `per` parameters, from the case that `pick` chooses:
+      "best"            the best median (the metric's `better` says which way)
+      "worst"           the worst median
+      "largest:<param>" among the cases at the largest value of <param>, the worst
+                        (the idle latency of a sweep: the far end of its curve)
+      "each"            every case, one line each
+    `label` is formatted with the chosen case's parameters ({threads}, {page};
+    sizes as 1GiB); `column` names its column in the report's tier table."""
+    label: str
+    metric: str
+    column: str = ""
+    where: dict[str, Any] = field(default_factory=dict)
+    per: tuple[str, ...] = ()
+    pick: str = "best"
+    scale: float = 1.0                # value shown = value x scale, in `unit`
+    unit: str = ""                    # default: the metric's own
+    digits: int = 2
+
+
+@dataclass(frozen=True)
+class Show:
+    """How a family is shown. `x`: the parameter its charts put on the x axis
+    (None: the first numeric parameter that varies); `facets`: parameters that
+    split its charts (one chart per value) before series are drawn."""
+    title: str
+    description: str
+    x: str | None = None
+    facets: tuple[str, ...] = ()
+    headlines: tuple[Headline, ...] = ()
+
+
+def metrics(*declared: Metric) -> dict[str, Metric]:
+    return {m.name: m for m in declared}
+
+
+def describe(module: ModuleType) -> dict[str, Any]:
+    """The family's self-description as run.json records it."""
+    show: Show = module.SHOW
+    return {"name": module.NAME, "title": show.title, "description": show.description,
+            "x": show.x, "facets": list(show.facets),
+            "headlines": [asdict(h) for h in show.headlines],
+            "metrics": {m.name: {"unit": m.unit, "better": m.better} for m in module.METRICS.values()},
+            "one_process": bool(getattr(module, "ONE_PROCESS", False))}
+
+
+class UndeclaredMetric(Exception):
+    """A family measured a metric it does not declare: its case fails, never the run."""
+
+
+def check_metrics(samples: list, module: ModuleType) -> list:
+    """The samples, each of a metric the family declares."""
+    for s in samples:
+        if s.metric not in module.METRICS:
+            raise UndeclaredMetric(f"{module.NAME} measured {s.metric!r}, which it does not declare "
+                                   f"in METRICS ({', '.join(module.METRICS) or 'none'})")
+    return samples
 
 
 class Skip(Exception):
@@ -26,6 +105,8 @@ class Planned:
     skip: str | None = None          # reason, when the case cannot run here
     estimate_s: float = 1.0          # expected wall time, for progress and budget
     processes: int = 1               # workers the repetitions are spread over (the runner sets it)
+    family: str = ""                 # how the runner found the family (registry key or module path)
+    spec: Spec | None = None         # the table it was planned from (the runner sets both)
 
 
 @dataclass
@@ -36,6 +117,9 @@ class Env:
     initiators: dict[str, Initiator]
     suite: dict[str, Any] = field(default_factory=dict)   # suite-level settings
     root: str = "/"
+    # In measure(): the settings of the case's table (the runner sets them; code that
+    # measures a case directly gets the common defaults).
+    spec: Spec = field(default_factory=lambda: Spec(name=""))
 
     def tier(self, name: str) -> Tier:
         return self.tiers[name]
@@ -48,18 +132,18 @@ def as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def host_pairs(spec: dict, env: Env) -> list[tuple[Initiator, Tier]]:
+def host_pairs(spec: Spec, env: Env) -> list[tuple[Initiator, Tier]]:
     """The CPU-initiator × host-tier matrix a spec asks for.
 
-    spec["initiators"]: "all" (every node with CPUs, MLC's matrix) or "local" (each tier
+    spec.initiators: "all" (every node with CPUs, MLC's matrix) or "local" (each tier
     only from the CPUs of its own node, or from node 0's for CPU-less tiers).
-    spec["tiers"]: tier kinds or names to include (default: every host tier).
+    spec.tiers: tier kinds or names to include.
     """
-    wanted = set(as_list(spec.get("tiers", ["ddr", "cxl"])))
+    wanted = set(spec.tiers)
     tiers = [t for t in env.tiers.values()
              if t.is_host_memory and (t.kind in wanted or t.name in wanted)]
     cpus = [i for i in env.initiators.values() if i.kind == "cpu"]
-    if spec.get("initiators", "local") == "all":
+    if spec.initiators == "all":
         return [(i, t) for t in tiers for i in cpus]
     pairs = []
     for t in tiers:
@@ -76,7 +160,7 @@ def _nearest(cpus: list[Initiator], tier: Tier, machine: Machine) -> list[Initia
     return sorted(cpus, key=lambda i: node.distances.get(i.node, 1 << 30))[:1]
 
 
-def sweep(spec: dict, **axes) -> list[dict[str, Any]]:
+def sweep(**axes) -> list[dict[str, Any]]:
     """Cartesian product of parameter axes, in the order given (first axis outermost)."""
     points: list[dict[str, Any]] = [{}]
     for name, values in axes.items():

@@ -34,12 +34,15 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from cxlbench.benchmarks.base import Env, Planned, as_list, sweep
+from dataclasses import dataclass
+from typing import Literal
+
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, metrics, sweep
 from cxlbench.benchmarks.gpu_common import (
-    first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip, host_tiers,
+    GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip, host_tiers,
     open_session, planned, rotation)
-from cxlbench.results.schema import Case, Sample
-from cxlbench.units import parse_size
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_bandwidth"
 #: op -> (group, arrays, array lengths moved per operation, bytes_counted)
@@ -58,27 +61,41 @@ OPS = {
 }
 TORCH_OPS = ("memcpy_d2d", "h2d", "d2h")
 IMPLS = ("cuda", "torch")
-DEFAULT_SIZES = ["64KiB", "1MiB", "16MiB", "256MiB", "1GiB"]
+DEFAULT_SIZES = tuple(k << 10 for k in (64, 1 << 10, 16 << 10, 256 << 10, 1 << 20))
 TRIAD_SCALAR = 3.0
 WARMUP_OPS = 4                   # nvbandwidth's warm-up copies, per suite warm-up
 SLOTS = 256                      # read kernels write their partial sums round-robin here
 
+METRICS = metrics(Metric("bandwidth_GBps", "GB/s", "higher"))
+SHOW = Show("GPU bandwidth", "HBM kernels and copies, host<->device copies over the link, and SM "
+            "reads of mapped host memory, over the transfer size. Each chart's bytes_counted says "
+            "whether a copy's bytes count once or read + write.",
+            x="size_bytes", facets=("op",),
+            headlines=tuple(Headline(f"GPU {op} peak ({{size_bytes}})", "bandwidth_GBps",
+                                     column=f"GPU {op}", where={"op": op}) for op in ("read", "h2d")))
+
+
+@dataclass(kw_only=True)
+class Spec(GpuSpec):
+    op: tuple[Literal[tuple(OPS)], ...] = ("read", "write", "copy", "triad")
+    impl: tuple[Literal[IMPLS], ...] = ("cuda",)
+    size: tuple[s.Size, ...] = DEFAULT_SIZES
+    cache: tuple[Literal["cold", "warm"], ...] = ("cold",)
+    host_memory: tuple[Literal["pinned", "pageable"], ...] = ("pinned",)
+    page: tuple[Literal["4k", "thp"], ...] = ("4k",)
+    iterations: int = 10
+
 
 # ---- planning ----------------------------------------------------------------------------
 
-def plan(spec: dict, env: Env) -> list[Planned]:
+def plan(spec: Spec, env: Env) -> list[Planned]:
     gpus, why = gpu_initiators(env)
-    sizes = [parse_size(v) for v in as_list(spec.get("size", DEFAULT_SIZES))]
-    common = {"iterations": int(spec.get("iterations", 10))}
+    sizes = list(spec.size)
+    common = {"iterations": spec.iterations}
     out: list[Planned] = []
     for gpu in gpus:
-        for op in as_list(spec.get("op", ["read", "write", "copy", "triad"])):
-            for impl in as_list(spec.get("impl", ["cuda"])):
-                if op not in OPS or impl not in IMPLS:
-                    out.append(planned(NAME, gpu, hbm_tier(env, gpu), {"op": op, "impl": impl}, spec,
-                                       f"unknown op {op!r} or impl {impl!r} (ops: {', '.join(OPS)}; "
-                                       f"impls: {', '.join(IMPLS)})", 0))
-                    continue
+        for op in spec.op:
+            for impl in spec.impl:
                 if impl == "torch" and op not in TORCH_OPS:
                     continue                 # torch is the reference for copies only
                 group, arrays, _, counted = OPS[op]
@@ -92,13 +109,12 @@ def plan(spec: dict, env: Env) -> list[Planned]:
 
 def _cases(spec, env, gpu, gpus, group, base, sizes):
     if group == "hbm":
-        for p in sweep(spec, cache=spec.get("cache", ["cold"]), size_bytes=sizes):
+        for p in sweep(cache=spec.cache, size_bytes=sizes):
             yield hbm_tier(env, gpu), {**base, **p}
     elif group in ("link", "mapped"):
-        memory = ["pinned"] if group == "mapped" or base["impl"] == "torch" else \
-            spec.get("host_memory", ["pinned"])
+        memory = ["pinned"] if group == "mapped" or base["impl"] == "torch" else spec.host_memory
         for tier in host_tiers(spec, env, gpu):
-            for p in sweep(spec, host_memory=memory, page=spec.get("page", ["4k"]), size_bytes=sizes):
+            for p in sweep(host_memory=memory, page=spec.page, size_bytes=sizes):
                 yield tier, {**base, **p}
     else:                                            # peer: every other GPU
         others = [g for g in gpus if g.name != gpu.name and g.gpu is not None]
@@ -115,18 +131,12 @@ def _cannot(params, group, arrays, tier, gpu, gpus, env) -> str | None:
     if group == "peer" and params["peer"] == "none":
         return "one GPU: no peer to copy to"
     if group in ("link", "mapped"):
-        if params["host_memory"] not in ("pinned", "pageable"):
-            return f"host_memory must be pinned or pageable, not {params['host_memory']!r}"
-        if params["page"] not in ("4k", "thp"):
-            return f"page must be 4k or thp for host buffers, not {params['page']!r}"
         return host_memory_skip(env, tier, arrays * size) or \
             gpu_memory_skip(env, gpu, (2 * arrays if group == "link" else 0) * size)
-    if group == "hbm" and params["cache"] not in ("cold", "warm"):
-        return f"cache must be cold or warm, not {params['cache']!r}"
     return gpu_memory_skip(env, gpu, arrays * size)
 
 
-def _estimate(params: dict, spec: dict) -> float:
+def _estimate(params: dict, spec: Spec) -> float:
     group, arrays, moved, _ = OPS[params["op"]]
     size = params["size_bytes"]
     rate = {"hbm": 2e12, "link": 2e10, "mapped": 1.5e10, "peer": 5e10}[group]
@@ -137,7 +147,7 @@ def _estimate(params: dict, spec: dict) -> float:
     shapes = 6 * 4 * max(per_op, 2.5e-4) if params["op"] in ("read", "write", "copy", "triad",
                                                               "sm_read", "sm_write") else 0
     setup = arrays * size * (1.5e-9 if group in ("link", "mapped") else 2e-11)  # fault + pin
-    return spec["repetitions"] * (timed + shapes + setup + 0.05)
+    return spec.repetitions * (timed + shapes + setup + 0.05)
 
 
 # ---- measuring -----------------------------------------------------------------------------

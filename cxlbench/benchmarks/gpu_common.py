@@ -12,7 +12,8 @@ import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Planned, Skip
 from cxlbench.gpu.errors import NO_GPU, Unavailable
 from cxlbench.results.schema import Case
 from cxlbench.topology.model import Initiator, Tier
@@ -20,6 +21,13 @@ from cxlbench.topology.model import Initiator, Tier
 #: spawning a worker, importing cupy, creating the CUDA context, NVML: per case
 START_S = 2.0
 HOST_KINDS = ("ddr", "cxl")
+
+
+@dataclass(kw_only=True)
+class GpuSpec(s.Spec):
+    """What every GPU family's table may set. tiers: hbm (the GPU's own memory), host
+    tier kinds or names, and "local" (the DDR of the GPU's own node)."""
+    tiers: tuple[str, ...] = ("hbm", *HOST_KINDS)
 
 
 # ---- planning ------------------------------------------------------------------------
@@ -40,10 +48,10 @@ def hbm_tier(env: Env, gpu: Initiator) -> Tier:
     return env.tiers.get(name) or Tier(name, "hbm", gpu=gpu.gpu or 0)
 
 
-def host_tiers(spec: dict, env: Env, gpu: Initiator | None = None) -> list[Tier]:
-    """Host tiers a spec names in spec["tiers"]: kinds (ddr, cxl), names (ddr1), or
+def host_tiers(spec: GpuSpec, env: Env, gpu: Initiator | None = None) -> list[Tier]:
+    """Host tiers a spec names in spec.tiers: kinds (ddr, cxl), names (ddr1), or
     "local" — the DDR of the GPU's own node — in name order."""
-    wanted = set(as_list(spec.get("tiers", list(HOST_KINDS))))
+    wanted = set(spec.tiers)
     found = {t.name: t for t in env.tiers.values()
              if t.is_host_memory and (t.kind in wanted or t.name in wanted)}
     if "local" in wanted and gpu is not None:
@@ -53,8 +61,8 @@ def host_tiers(spec: dict, env: Env, gpu: Initiator | None = None) -> list[Tier]
     return sorted(found.values(), key=lambda t: t.name)
 
 
-def wants_hbm(spec: dict) -> bool:
-    wanted = set(as_list(spec.get("tiers", ["hbm"])))
+def wants_hbm(spec: GpuSpec) -> bool:
+    wanted = set(spec.tiers)
     return "hbm" in wanted or any(str(w).startswith("hbm") for w in wanted)
 
 
@@ -81,9 +89,9 @@ def host_memory_skip(env: Env, tier: Tier, need: int) -> str | None:
     return None
 
 
-def planned(name: str, gpu: Initiator, tier: Tier, params: dict, spec: dict, skip: str | None,
+def planned(name: str, gpu: Initiator, tier: Tier, params: dict, spec: GpuSpec, skip: str | None,
             estimate_s: float) -> Planned:
-    case = Case(name, gpu.name, tier.name, tier.kind, params, spec["repetitions"], spec["warmup"])
+    case = Case(name, gpu.name, tier.name, tier.kind, params, spec.repetitions, spec.warmup)
     return Planned(case, skip, START_S + estimate_s)
 
 

@@ -23,35 +23,52 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from cxlbench.benchmarks.base import Env, Planned, as_list, sweep
+from dataclasses import dataclass
+from typing import Literal
+
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, metrics, sweep
 from cxlbench.benchmarks.gpu_common import (
-    HOST_KINDS, first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip,
+    HOST_KINDS, GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip,
     host_tiers, open_session, planned, to_host, wants_hbm)
-from cxlbench.benchmarks.sizes import PAGE_BYTES
-from cxlbench.results.schema import Case, Sample
-from cxlbench.units import parse_size
+from cxlbench.benchmarks.sizes import Page
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_latency"
-DEFAULT_SIZES = ["16KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB", "32MiB", "64MiB",
-                 "256MiB", "1GiB", "4GiB"]
+DEFAULT_SIZES = tuple(k << 10 for k in (16, 64, 256, 1 << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10,
+                                        256 << 10, 1 << 20, 4 << 20))
 TARGET_S = 2e-3                  # the timed loop's length
 WARM_CAP = 1 << 16               # untimed loads when the chain outgrows the L2
 MIN_STEPS = {"ca": 1 << 15, "cv": 1 << 10}
 MAX_STEPS = 1 << 24
 PROBE_STEPS = 256
 
+METRICS = metrics(Metric("latency_ns", "ns", "lower"), Metric("cycles", "cycles", "lower"))
+SHOW = Show("GPU latency", "A GPU's dependent loads over its own memory (HBM) and over host memory "
+            "it reads directly: ns and cycles per load over the working set.",
+            x="working_set_bytes", facets=("pattern",),
+            headlines=(Headline("GPU latency, {working_set_bytes} working set", "latency_ns",
+                                column="GPU latency", where={"pattern": "random"},
+                                pick="largest:working_set_bytes", digits=1),))
 
-def plan(spec: dict, env: Env) -> list[Planned]:
+
+@dataclass(kw_only=True)
+class Spec(GpuSpec):
+    working_set: tuple[s.Size, ...] = DEFAULT_SIZES
+    stride: tuple[s.Size, ...] = (64,)
+    pattern: tuple[Literal["random", "sequential"], ...] = ("random",)
+    page: tuple[Page, ...] = ("4k",)          # host tiers' pages
+
+
+def plan(spec: Spec, env: Env) -> list[Planned]:
     gpus, why = gpu_initiators(env)
-    sizes = [parse_size(v) for v in as_list(spec.get("working_set", DEFAULT_SIZES))]
-    strides = [parse_size(v) for v in as_list(spec.get("stride", ["64B"]))]
+    sizes, strides = list(spec.working_set), list(spec.stride)
     out = []
     for gpu in gpus:
         targets = ([hbm_tier(env, gpu)] if wants_hbm(spec) else []) + host_tiers(spec, env, gpu)
         for tier in targets:
             host = tier.kind in HOST_KINDS
-            for p in sweep(spec, pattern=spec.get("pattern", ["random"]), stride_bytes=strides,
-                           page=spec.get("page", ["4k"]) if host else [None],
+            for p in sweep(pattern=spec.pattern, stride_bytes=strides, page=spec.page if host else [None],
                            working_set_bytes=sizes):
                 params = {"pattern": p["pattern"], "stride_bytes": p["stride_bytes"],
                           "working_set_bytes": p["working_set_bytes"], "load": "cv" if host else "ca"}
@@ -64,29 +81,24 @@ def plan(spec: dict, env: Env) -> list[Planned]:
 
 
 def _cannot(params: dict, tier, gpu, env: Env) -> str | None:
-    from cxlbench.gpu.chase import PATTERNS
     ws, stride = params["working_set_bytes"], params["stride_bytes"]
-    if params["pattern"] not in PATTERNS:
-        return f"unknown pattern {params['pattern']!r} (use {', '.join(PATTERNS)})"
     if stride < 8 or stride % 8:
         return f"the stride must be a multiple of 8 bytes, not {stride}"
     if ws // stride < 2:
         return f"a {ws} B working set holds fewer than 2 lines {stride} B apart"
     if "page" in params:
-        if params["page"] not in PAGE_BYTES:
-            return f"unknown page policy {params['page']!r} (use {', '.join(PAGE_BYTES)})"
         return host_memory_skip(env, tier, ws)
     return gpu_memory_skip(env, gpu, ws + 24 * (ws // stride))    # + the permutation's temporaries
 
 
-def _estimate(params: dict, spec: dict) -> float:
+def _estimate(params: dict, spec: Spec) -> float:
     n = params["working_set_bytes"] // params["stride_bytes"]
     host = "page" in params
     build = n * (6e-8 if host else 2e-9)
     per_load = 1.5e-6 if host else 5e-7
     warm = (min(n, WARM_CAP) if host or n * params["stride_bytes"] > 64 << 20 else n) * per_load
     timed = max(TARGET_S, MIN_STEPS["cv" if host else "ca"] * per_load)
-    return spec["repetitions"] * (build + 2 * warm + timed + 0.05)
+    return spec.repetitions * (build + 2 * warm + timed + 0.05)
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:

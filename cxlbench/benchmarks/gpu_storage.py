@@ -23,43 +23,56 @@ import secrets
 import time
 from contextlib import ExitStack
 
-from cxlbench.benchmarks.base import Env, Planned, as_list
+from dataclasses import dataclass
+from typing import Literal
+
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Planned, Show, metrics
 from cxlbench.benchmarks.gpu_common import (
-    first_skip, gpu_initiators, gpu_memory_skip, local_host_tier, open_session, planned)
-from cxlbench.results.schema import Case, Sample
+    GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, local_host_tier, open_session, planned)
+from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Tier
-from cxlbench.units import parse_size
 
 NAME = "gpu_storage"
 PATHS = ("bounce", "kvikio")
 #: the storage layer's test-file naming, so its stale-file sweep also removes ours
 PREFIX = "cxlbench-io-"
 
+METRICS = metrics(Metric("bandwidth_GBps", "GB/s", "higher"))
+SHOW = Show("GPU storage", "Reading a file on the NVMe tier into GPU memory: through a pinned bounce "
+            "buffer, or GPUDirect Storage (kvikio).", x="chunk_bytes", facets=("path",))
 
-def plan(spec: dict, env: Env) -> list[Planned]:
+
+@dataclass(kw_only=True)
+class Spec(GpuSpec):
+    tiers: tuple[str, ...] = ("nvme",)
+    path: tuple[Literal[PATHS], ...] = PATHS
+    file: s.Size = 1 << 30
+    chunk: tuple[s.Size, ...] = (4 << 20,)     # the bounce path's
+
+
+def plan(spec: Spec, env: Env) -> list[Planned]:
     gpus, why = gpu_initiators(env)
     tiers = sorted((t for t in env.tiers.values() if t.kind == "nvme"), key=lambda t: t.name)
     no_tier = None if tiers else "no NVMe tier declared (declare one: nvme=/path/to/scratch)"
-    file_bytes = parse_size(spec.get("file", "1GiB"))
+    file_bytes = spec.file
     out: list[Planned] = []
     for gpu in gpus:
         for tier in tiers or [Tier("nvme0", "nvme")]:
-            for path in as_list(spec.get("path", list(PATHS))):
-                chunks = as_list(spec.get("chunk", ["4MiB"])) if path == "bounce" else [None]
+            for path in spec.path:
+                chunks = spec.chunk if path == "bounce" else [None]
                 for chunk in chunks:
                     params = {"path": path, "file_bytes": file_bytes, "iterations": 1,
                               "bytes_counted": "once", "io": "direct"}
                     if chunk is not None:
-                        params["chunk_bytes"] = parse_size(chunk)
+                        params["chunk_bytes"] = chunk
                     skip = first_skip(why, no_tier, _cannot(params, gpu, env))
                     out.append(planned(NAME, gpu, tier, params, spec, skip,
-                                       spec["repetitions"] * (file_bytes / 2e9 + 0.1) + file_bytes / 1e9))
+                                       spec.repetitions * (file_bytes / 2e9 + 0.1) + file_bytes / 1e9))
     return out
 
 
 def _cannot(params: dict, gpu, env: Env) -> str | None:
-    if params["path"] not in PATHS:
-        return f"unknown path {params['path']!r} (use {', '.join(PATHS)})"
     chunk = params.get("chunk_bytes", 1 << 20)
     if chunk % 4096 or params["file_bytes"] % chunk:
         return "the file size must be a multiple of the chunk, and the chunk of 4 KiB"

@@ -30,12 +30,15 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from cxlbench.benchmarks.base import Env, Planned, as_list, sweep
+from dataclasses import dataclass
+from typing import Literal
+
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Planned, Show, metrics, sweep
 from cxlbench.benchmarks.gpu_common import (
-    HOST_KINDS, first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip,
+    HOST_KINDS, GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip,
     host_tiers, open_session, planned, wants_hbm)
-from cxlbench.results.schema import Case, Sample
-from cxlbench.units import parse_size
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_write_penalty"
 SECTOR = 32
@@ -50,29 +53,38 @@ OPS = {
 PARTIAL_BYTES = (4, 8, 16)
 SLOTS = 64
 
+METRICS = metrics(Metric("bandwidth_GBps", "GB/s", "higher"),
+                  Metric("ns_per_sector", "ns", "lower"))   # per 32-byte sector touched
+SHOW = Show("GPU write penalty", "A GPU's full and partial-sector stores against its loads, on HBM "
+            "and on host memory it writes directly.", x="write_bytes", facets=("access",))
 
-def plan(spec: dict, env: Env) -> list[Planned]:
+
+@dataclass(kw_only=True)
+class Spec(GpuSpec):
+    op: tuple[Literal[tuple(OPS)], ...] = tuple(OPS)
+    write_bytes: tuple[Literal[4, 8, 16, 32], ...] = PARTIAL_BYTES     # the partial op's
+    size: tuple[s.Size, ...] = (1 << 30,)
+    page: Literal["4k", "thp"] = "4k"          # host tiers' pages
+    iterations: int = 10
+
+
+def plan(spec: Spec, env: Env) -> list[Planned]:
     gpus, why = gpu_initiators(env)
-    sizes = [parse_size(v) for v in as_list(spec.get("size", ["1GiB"]))]
+    sizes = list(spec.size)
     out: list[Planned] = []
     for gpu in gpus:
         targets = ([hbm_tier(env, gpu)] if wants_hbm(spec) else []) + host_tiers(spec, env, gpu)
         for tier in targets:
             host = tier.kind in HOST_KINDS
-            for p in sweep(spec, op=spec.get("op", list(OPS)), size_bytes=sizes):
+            for p in sweep(op=spec.op, size_bytes=sizes):
                 op = p["op"]
-                if op not in OPS:
-                    out.append(planned(NAME, gpu, tier, {"op": op}, spec,
-                                       f"unknown op {op!r} (use {', '.join(OPS)})", 0))
-                    continue
                 access, width, stride = OPS[op]
-                for wb in ([width] if width else [int(w) for w in as_list(spec.get("write_bytes",
-                                                                                    PARTIAL_BYTES))]):
+                for wb in [width] if width else spec.write_bytes:
                     params = {"op": op, "access": access, "write_bytes": wb, "stride_bytes": stride,
                               "size_bytes": p["size_bytes"], "bytes_counted": "instructions",
-                              "iterations": int(spec.get("iterations", 10))}
+                              "iterations": spec.iterations}
                     if host:
-                        params["page"] = spec.get("page", "4k")
+                        params["page"] = spec.page
                     out.append(planned(NAME, gpu, tier, params, spec,
                                        first_skip(why, _cannot(params, tier, gpu, env)),
                                        _estimate(params, spec, host)))
@@ -90,12 +102,12 @@ def _cannot(params: dict, tier, gpu, env: Env) -> str | None:
     return gpu_memory_skip(env, gpu, size)
 
 
-def _estimate(params: dict, spec: dict, host: bool) -> float:
+def _estimate(params: dict, spec: Spec, host: bool) -> float:
     rate = 1.5e10 if host else 1e12
     per_op = params["size_bytes"] / rate
     timed = (params["iterations"] + 3 + 6 * 4) * max(per_op, 1e-3)
     setup = params["size_bytes"] * (1.5e-9 if host else 2e-11)
-    return spec["repetitions"] * (timed + setup + 0.05)
+    return spec.repetitions * (timed + setup + 0.05)
 
 
 def sectors(size: int, stride: int) -> int:

@@ -28,34 +28,49 @@ from __future__ import annotations
 import os
 from contextlib import ExitStack
 
-from cxlbench.benchmarks.base import Env, Planned, as_list, sweep
+from dataclasses import dataclass
+from typing import Literal
+
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Planned, Show, metrics, sweep
 from cxlbench.benchmarks.gpu_common import (
-    first_skip, gpu_initiators, gpu_memory_skip, host_memory_skip, host_tiers, local_host_tier,
+    GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, host_memory_skip, host_tiers, local_host_tier,
     open_session, planned)
-from cxlbench.results.schema import Case, Sample
-from cxlbench.units import parse_size
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_zerocopy"
 STRATEGIES = ("in_place", "memcpy", "managed_prefetch", "managed_fault")
-DEFAULT_SIZES = ["64KiB", "1MiB", "16MiB", "256MiB", "1GiB"]
+DEFAULT_SIZES = tuple(k << 10 for k in (64, 1 << 10, 16 << 10, 256 << 10, 1 << 20))
 BLOCK, PER_SM = 256, 8          # one launch shape for every strategy
 
+METRICS = metrics(Metric("seconds", "s", "lower"))
+SHOW = Show("GPU zero-copy vs copy vs managed", "Time for a GPU to use host data K times: read in "
+            "place over the link, copied to HBM first, or as managed memory.", x="uses",
+            facets=("data_bytes",))
 
-def plan(spec: dict, env: Env) -> list[Planned]:
+
+@dataclass(kw_only=True)
+class Spec(GpuSpec):
+    strategy: tuple[Literal[STRATEGIES], ...] = STRATEGIES
+    data: tuple[s.Size, ...] = DEFAULT_SIZES
+    max_uses: int = 8
+    page: Literal["4k", "thp"] = "4k"
+
+
+def plan(spec: Spec, env: Env) -> list[Planned]:
     gpus, why = gpu_initiators(env)
-    sizes = [parse_size(v) for v in as_list(spec.get("data", DEFAULT_SIZES))]
-    max_uses = int(spec.get("max_uses", 8))
+    sizes, max_uses = list(spec.data), spec.max_uses
     out: list[Planned] = []
     for gpu in gpus:
         local = local_host_tier(env, gpu)
         for tier in host_tiers(spec, env, gpu):
-            for p in sweep(spec, strategy=spec.get("strategy", list(STRATEGIES)), data_bytes=sizes):
+            for p in sweep(strategy=spec.strategy, data_bytes=sizes):
                 params = {**p, "max_uses": max_uses}
                 managed = p["strategy"].startswith("managed")
                 if managed:
                     params["host_placement"] = "first-touch"
                 else:
-                    params["page"] = spec.get("page", "4k")
+                    params["page"] = spec.page
                 skip = first_skip(why, _cannot(params, tier, gpu, env, local))
                 out.append(planned(NAME, gpu, tier, params, spec, skip, _estimate(params, spec)))
     return out
@@ -63,8 +78,6 @@ def plan(spec: dict, env: Env) -> list[Planned]:
 
 def _cannot(params, tier, gpu, env, local) -> str | None:
     size = params["data_bytes"]
-    if params["strategy"] not in STRATEGIES:
-        return f"unknown strategy {params['strategy']!r} (use {', '.join(STRATEGIES)})"
     if size < 4096 or size % 4096:
         return f"data size must be a multiple of 4 KiB, not {size}"
     if params["strategy"].startswith("managed") and (local is None or tier.name != local.name):
@@ -75,12 +88,12 @@ def _cannot(params, tier, gpu, env, local) -> str | None:
                                                  if need_gpu else None)
 
 
-def _estimate(params: dict, spec: dict) -> float:
+def _estimate(params: dict, spec: Spec) -> float:
     size = params["data_bytes"]
     prep = size / 2e10 if params["strategy"] != "in_place" else 0
     uses = params["max_uses"] * size / (2e10 if params["strategy"] == "in_place" else 2e12)
     setup = size * 2e-9
-    return spec["repetitions"] * (prep + uses + setup + 0.05)
+    return spec.repetitions * (prep + uses + setup + 0.05)
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:

@@ -18,24 +18,48 @@ instead (a socket as a CXL stand-in).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Literal
+
 from cxlbench.benchmarks import loaded_latency
-from cxlbench.benchmarks.bandwidth import KERNELS, thread_counts, time_kernel
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, sweep
-from cxlbench.benchmarks.sizes import stream_array_bytes
-from cxlbench.results.schema import Case, Sample
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.bandwidth import KERNELS, Kernel, thread_counts, time_kernel
+from cxlbench.benchmarks.base import Env, Planned, Show, Skip, metrics, sweep
+from cxlbench.benchmarks.sizes import array_bytes
+from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Initiator, Tier
-from cxlbench.units import parse_size
 
 NAME = "interleave"
-DEFAULT_WEIGHTS = [100, 75, 50, 25, 0]          # DDR share, percent
+DEFAULT_WEIGHTS = (100, 75, 50, 25, 0)          # DDR share, percent
+METRICS = metrics(Metric("bandwidth_GBps", "GB/s", "higher"), Metric("latency_ns", "ns", "lower"))
+SHOW = Show("Interleave", "DDR and CXL memory interleaved at weights from 100:0 to 0:100: the bandwidth "
+            "and loaded latency of the combination.", x="ddr_weight", facets=("probe",))
 
 
-def pairs(spec: dict, env: Env) -> list[tuple[Initiator, Tier, Tier]]:
-    """(initiator, ddr, far) for every far tier of the kinds in spec["with"]
+@dataclass(kw_only=True)
+class Spec(s.Spec):
+    with_: tuple[str, ...] = field(default=("cxl",), metadata={"key": "with"})   # far tier kinds
+    ddr_weight: tuple[int, ...] = DEFAULT_WEIGHTS
+    probe: tuple[Literal["bandwidth", "loaded_latency"], ...] = ("bandwidth", "loaded_latency")
+    array_bytes: s.Size | Literal["auto"] = "auto"
+    page: Literal["4k", "thp"] = "4k"
+    method: Literal["auto", "weighted", "ranges"] = "auto"
+    # probe = bandwidth
+    kernel: tuple[Kernel, ...] = ("read",)
+    threads: tuple[int, ...] | Literal["auto"] = "auto"    # the largest count is measured
+    iterations: int = 10
+    # probe = loaded_latency
+    mix: tuple[str, ...] = ("read",)
+    load_threads: tuple[int, ...] | Literal["auto"] = "auto"
+    delays: tuple[int, ...] | str = "mlc"
+
+
+def pairs(spec: Spec, env: Env) -> list[tuple[Initiator, Tier, Tier]]:
+    """(initiator, ddr, far) for every far tier of the kinds in spec.with_
     (default cxl): with initiators = "local" (default) the CPU node nearest the far
     tier and that node's DDR; with "all", every other CPU node with its own DDR."""
-    kinds = set(as_list(spec.get("with", ["cxl"])))
-    every = spec.get("initiators", "local") == "all"
+    kinds = set(spec.with_)
+    every = spec.initiators == "all"
     cpus = [i for i in env.initiators.values() if i.kind == "cpu"]
     out = []
     for far in sorted(env.tiers.values(), key=lambda t: t.name):
@@ -55,42 +79,36 @@ def pairs(spec: dict, env: Env) -> list[tuple[Initiator, Tier, Tier]]:
     return out
 
 
-def plan(spec: dict, env: Env) -> list[Planned]:
-    weights = [int(w) for w in as_list(spec.get("ddr_weight", DEFAULT_WEIGHTS))]
-    array = spec.get("array_bytes", "auto")
-    array_bytes = stream_array_bytes(env.machine) if array == "auto" else parse_size(array)
+def plan(spec: Spec, env: Env) -> list[Planned]:
+    weights = list(spec.ddr_weight)
+    size = array_bytes(spec.array_bytes, env.machine)
     found = pairs(spec, env)
     if not found:
         return _no_pair(spec, env)
     planned = []
     for initiator, ddr, far in found:
         target = f"{ddr.name}+{far.name}"
-        for probe in as_list(spec.get("probe", ["bandwidth", "loaded_latency"])):
+        for probe in spec.probe:
             if probe == "bandwidth":
-                threads = thread_counts(spec.get("threads", "auto"), len(initiator.cpus))
-                points = sweep(spec, kernel=spec.get("kernel", ["read"]), threads=threads[-1:],
-                               ddr_weight=weights)
-                extra = {"array_bytes": array_bytes, "iterations": spec.get("iterations", 10)}
+                threads = thread_counts(spec.threads, len(initiator.cpus))
+                points = sweep(kernel=spec.kernel, threads=threads[-1:], ddr_weight=weights)
+                extra = {"array_bytes": size, "iterations": spec.iterations}
             else:
-                counts = loaded_latency.load_thread_counts(spec.get("load_threads", "auto"),
-                                                           len(initiator.cpus))
-                points = sweep(spec, mix=spec.get("mix", ["read"]), load_threads=counts,
-                               ddr_weight=weights)
-                extra = {"working_set_bytes": array_bytes, "load_bytes": array_bytes,
-                         "delays": loaded_latency.delays_param(spec.get("delays", "mlc")),
+                counts = loaded_latency.load_thread_counts(spec.load_threads, len(initiator.cpus))
+                points = sweep(mix=spec.mix, load_threads=counts, ddr_weight=weights)
+                extra = {"working_set_bytes": size, "load_bytes": size,
+                         "delays": loaded_latency.delays_param(spec.delays),
                          "nt": False, "line_bytes": loaded_latency.LINE}
             for p in points:
                 params = {"probe": probe, **p, **extra, "ddr": ddr.name, "far": far.name,
-                          "page": spec.get("page", "4k"), "method": spec.get("method", "auto")}
-                case = Case(NAME, initiator.name, target, "interleave", params,
-                            spec["repetitions"], spec["warmup"])
-                planned.append(Planned(case, cannot(params, initiator, ddr, far, env),
-                                       estimate(params, spec, env)))
+                          "page": spec.page, "method": spec.method}
+                case = Case(NAME, initiator.name, target, "interleave", params, spec.repetitions, spec.warmup)
+                planned.append(Planned(case, cannot(params, initiator, ddr, far, env), estimate(params, spec)))
     return planned
 
 
-def _no_pair(spec: dict, env: Env) -> list[Planned]:
-    kinds = ", ".join(as_list(spec.get("with", ["cxl"])))
+def _no_pair(spec: Spec, env: Env) -> list[Planned]:
+    kinds = ", ".join(spec.with_)
     nodes = sorted(n for n, node in env.machine.nodes.items() if node.has_memory)
     why = (f"no {kinds} tier to interleave with DDR on this machine (memory nodes: "
            f"{', '.join(map(str, nodes))}); it needs a second node: declare one with "
@@ -101,7 +119,7 @@ def _no_pair(spec: dict, env: Env) -> list[Planned]:
             i = next((i for i in env.initiators.values() if i.kind == "cpu" and i.node == t.node), None)
             if i is not None:
                 case = Case(NAME, i.name, t.name, "interleave", {"probe": "all"},
-                            spec["repetitions"], spec["warmup"])
+                            spec.repetitions, spec.warmup)
                 out.append(Planned(case, why, 0.0))
     return out
 
@@ -110,19 +128,13 @@ def cannot(params: dict, initiator, ddr, far, env: Env) -> str | None:
     w = params["ddr_weight"]
     if not 0 <= w <= 100:
         return f"ddr_weight {w}: a percentage, 0..100"
-    if params["page"] not in ("4k", "thp"):
-        return f"page policy {params['page']!r}: interleaved buffers take 4k or thp"
     if params["probe"] == "bandwidth":
-        if params["kernel"] not in KERNELS:
-            return f"unknown kernel {params['kernel']!r}"
         need = KERNELS[params["kernel"]][0] * params["array_bytes"]
-    elif params["probe"] == "loaded_latency":
+    else:
         if len(initiator.cpus) < 2 or params["load_threads"] > len(initiator.cpus) - 1:
             return (f"{initiator.name} has {len(initiator.cpus)} CPUs: loaded latency needs one "
                     f"to chase and {params['load_threads']} to load")
         need = params["working_set_bytes"] + params["load_threads"] * params["load_bytes"]
-    else:
-        return f"unknown probe {params['probe']!r} (use bandwidth or loaded_latency)"
     for tier, share in ((ddr, w / 100), (far, 1 - w / 100)):
         node = env.machine.nodes.get(tier.node)
         if node is not None and need * share > node.mem_free_bytes * 0.8:
@@ -130,13 +142,13 @@ def cannot(params: dict, initiator, ddr, far, env: Env) -> str | None:
     return None
 
 
-def estimate(params: dict, spec: dict, env: Env) -> float:
+def estimate(params: dict, spec: Spec) -> float:
     if params["probe"] == "bandwidth":
         arrays, moved = KERNELS[params["kernel"]]
         b = params["array_bytes"]
-        return 0.3 + spec["repetitions"] * (arrays * b / 1e9 + (params["iterations"] + spec["warmup"])
-                                            * moved * b / (5e9 * params["threads"]))
-    return loaded_latency.estimate(params, spec, env)
+        return 0.3 + spec.repetitions * (arrays * b / 1e9 + (params["iterations"] + spec.warmup)
+                                         * moved * b / (5e9 * params["threads"]))
+    return loaded_latency.estimate(params, spec)
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:

@@ -8,30 +8,51 @@ process that reused one buffer would understate it.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Literal
 
-from cxlbench.benchmarks.base import Env, Planned, cpu_held, host_pairs, place, sweep
-from cxlbench.benchmarks.sizes import PAGE_BYTES, resolve_sizes
-from cxlbench.results.schema import Case, Sample
-from cxlbench.units import parse_size
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, cpu_held, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, resolve_sizes
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "latency"
 LINE = 64
 WINDOW_PAGES = 64          # multichase's window: TLB reach stays small, caches still miss
 
+METRICS = metrics(
+    Metric("latency_ns", "ns", "lower"),
+    Metric("ns_per_load", "ns", "lower"),      # with N chains: elapsed / (steps x chains)
+)
+SHOW = Show(
+    "Latency", "Pointer-chase latency in ns per dependent load over the working set (log₂ axis); "
+    "dashed lines mark the cache sizes the machine reports. One line per tier × page size; the band "
+    "is the 95% interval of the median over repetitions.",
+    x="working_set_bytes", facets=("pattern",),
+    headlines=(Headline("latency, {working_set_bytes} working set, {page} pages", "latency_ns",
+                        column="idle latency", where={"pattern": "random", "chains": 1}, per=("page",),
+                        pick="largest:working_set_bytes", digits=1),))
 
-def plan(spec: dict, env: Env) -> list[Planned]:
-    lo = parse_size(spec.get("min_working_set", "16KiB"))
-    hi = parse_size(spec.get("max_working_set", "1GiB"))
-    sizes = resolve_sizes(spec.get("working_set", "auto"), env.machine, lo, hi)
+
+@dataclass(kw_only=True)
+class Spec(s.Spec):
+    working_set: tuple[s.Size, ...] | Literal["auto"] = "auto"   # auto: a sweep around the caches
+    min_working_set: s.Size = 16 << 10
+    max_working_set: s.Size = 1 << 30
+    page: tuple[Page, ...] = ("4k",)
+    pattern: tuple[Literal["random", "window"], ...] = ("random",)
+    chains: tuple[int, ...] = (1,)     # independent chases at once: memory-level parallelism
+
+
+def plan(spec: Spec, env: Env) -> list[Planned]:
+    sizes = resolve_sizes(spec.working_set, env.machine, spec.min_working_set, spec.max_working_set)
     planned = []
     for initiator, tier in host_pairs(spec, env):
-        for p in sweep(spec, page=spec.get("page", ["4k"]), pattern=spec.get("pattern", ["random"]),
-                       chains=spec.get("chains", [1]), working_set_bytes=sizes):
+        for p in sweep(page=spec.page, pattern=spec.pattern, chains=spec.chains, working_set_bytes=sizes):
             params = {**p, "line_bytes": LINE}
             if p["pattern"] == "window":
                 params["window_bytes"] = WINDOW_PAGES * PAGE_BYTES.get(p["page"], 4096)
-            case = Case(NAME, initiator.name, tier.name, tier.kind, params,
-                        spec["repetitions"], spec["warmup"])
+            case = Case(NAME, initiator.name, tier.name, tier.kind, params, spec.repetitions, spec.warmup)
             planned.append(Planned(case, _cannot(params, tier, env), _estimate(params, spec)))
     return planned
 
@@ -39,8 +60,6 @@ def plan(spec: dict, env: Env) -> list[Planned]:
 def _cannot(params: dict, tier, env: Env) -> str | None:
     """Why a case cannot run here, decided before spending time on it."""
     page = params["page"]
-    if page not in PAGE_BYTES:
-        return f"unknown page policy {page!r} (use {', '.join(PAGE_BYTES)})"
     node = env.machine.nodes.get(tier.node)
     need = params["working_set_bytes"]
     if node is not None and need > node.mem_free_bytes * 0.8:
@@ -55,11 +74,11 @@ def _cannot(params: dict, tier, env: Env) -> str | None:
     return None
 
 
-def _estimate(params: dict, spec: dict) -> float:
+def _estimate(params: dict, spec: Spec) -> float:
     """Seconds: timed samples plus building the chain (~0.2 µs per line here)."""
     lines = params["working_set_bytes"] // LINE
-    per_trial = (spec["warmup"] + 1) * spec["min_sample_s"] + lines * 2e-7
-    return 0.3 + spec["repetitions"] * per_trial
+    per_trial = (spec.warmup + 1) * spec.min_sample_s + lines * 2e-7
+    return 0.3 + spec.repetitions * per_trial
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
@@ -69,7 +88,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     tier = env.tier(case.target)
     os.sched_setaffinity(0, initiator.cpus[:1])
     p = case.params
-    min_s = env.suite.get("min_sample_s", 0.2)
+    min_s = env.spec.min_sample_s
     samples = []
     for rep in range(case.repetitions):
         with place(p["working_set_bytes"], tier.node, p["page"]) as buf:

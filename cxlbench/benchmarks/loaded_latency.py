@@ -18,12 +18,30 @@ every delay in turn. `delay` and `load_threads` are sample-level axes.
 """
 from __future__ import annotations
 
-from cxlbench.benchmarks.base import Env, Planned, as_list, host_pairs, place, sweep
-from cxlbench.benchmarks.sizes import PAGE_BYTES, stream_array_bytes
-from cxlbench.results.schema import Case, Sample
-from cxlbench.units import parse_size
+from dataclasses import dataclass
+from typing import Literal
+
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Planned, Show, as_list, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "loaded_latency"
+METRICS = metrics(Metric("latency_ns", "ns", "lower"), Metric("bandwidth_GBps", "GB/s", "higher"))
+SHOW = Show("Loaded latency", "Pointer-chase latency while load threads stream to the same tier at "
+            "decreasing injection delays: latency against the bandwidth achieved.",
+            facets=("mix",))
+
+
+@dataclass(kw_only=True)
+class Spec(s.Spec):
+    working_set: s.Size | Literal["auto"] = "auto"     # the chase's; auto: 4x the caches
+    load_bytes: s.Size | Literal["auto"] = "auto"      # each load thread's
+    load_threads: tuple[int, ...] | Literal["auto"] = "auto"   # auto: every CPU but the chase's
+    delays: tuple[int, ...] | str = "mlc"              # "mlc", "idle", or the delays
+    page: tuple[Page, ...] = ("4k",)
+    mix: tuple[str, ...] = ("read", "2:1")             # read, write or R:W
+    nt: tuple[bool, ...] = (False,)
 LINE = 64
 MLC_DELAYS = (0, 2, 8, 15, 50, 100, 200, 300, 400, 500, 700, 1000, 1300, 1700, 2500, 3500,
               5000, 9000, 20000)
@@ -78,25 +96,21 @@ def load_thread_counts(value, ncpus: int) -> list[int]:
     return [int(n) for n in as_list(value)]
 
 
-def plan(spec: dict, env: Env) -> list[Planned]:
-    ws = spec.get("working_set", "auto")
-    chase_bytes = stream_array_bytes(env.machine) if ws == "auto" else parse_size(ws)
-    lb = spec.get("load_bytes", "auto")
-    load_bytes = stream_array_bytes(env.machine) if lb == "auto" else parse_size(lb)
-    delays = delays_param(spec.get("delays", "mlc"))
+def plan(spec: Spec, env: Env) -> list[Planned]:
+    chase_bytes = array_bytes(spec.working_set, env.machine)
+    load_bytes = array_bytes(spec.load_bytes, env.machine)
+    delays = delays_param(spec.delays)
     planned = []
     for initiator, tier in host_pairs(spec, env):
-        counts = load_thread_counts(spec.get("load_threads", "auto"), len(initiator.cpus))
-        for p in sweep(spec, page=spec.get("page", ["4k"]), mix=spec.get("mix", ["read", "2:1"]),
-                       nt=spec.get("nt", [False]), load_threads=counts):
+        counts = load_thread_counts(spec.load_threads, len(initiator.cpus))
+        for p in sweep(page=spec.page, mix=spec.mix, nt=spec.nt, load_threads=counts):
             if p["nt"] and p["mix"] == "read":
                 continue                      # nothing to store non-temporally
             params = {**p, "working_set_bytes": chase_bytes, "load_bytes": load_bytes,
                       "delays": delays, "line_bytes": LINE}
-            case = Case(NAME, initiator.name, tier.name, tier.kind, params,
-                        spec["repetitions"], spec["warmup"])
+            case = Case(NAME, initiator.name, tier.name, tier.kind, params, spec.repetitions, spec.warmup)
             planned.append(Planned(case, cannot(params, initiator, tier, env),
-                                   estimate(params, spec, env)))
+                                   estimate(params, spec)))
     return planned
 
 
@@ -115,8 +129,6 @@ def cannot(params: dict, initiator, tier, env: Env) -> str | None:
         return (f"{params['load_threads']} load threads need {params['load_threads'] + 1} CPUs "
                 f"on {initiator.name}, which has {ncpus}")
     page = params["page"]
-    if page not in PAGE_BYTES:
-        return f"unknown page policy {page!r} (use {', '.join(PAGE_BYTES)})"
     node = env.machine.nodes.get(tier.node)
     loads = params["load_threads"] if parse_delays(params["delays"]) else 0
     need = params["working_set_bytes"] + loads * params["load_bytes"]
@@ -133,15 +145,15 @@ def cannot(params: dict, initiator, tier, env: Env) -> str | None:
     return None
 
 
-def estimate(params: dict, spec: dict, env: Env) -> float:
+def estimate(params: dict, spec: s.Spec) -> float:
     """Seconds: per repetition, every point (idle + delays) for about min_sample_s
     plus the warm-up (up to LIMIT times that on a busy machine); building the chain
     and faulting the buffers in (~0.2 µs per line, ~1 GB/s)."""
     points = 1 + len(parse_delays(params["delays"]))
-    point_s = spec.get("min_sample_s", env.suite.get("min_sample_s", 0.2)) + WARMUP_NS / 1e9
+    point_s = spec.min_sample_s + WARMUP_NS / 1e9
     setup = params["working_set_bytes"] / LINE * 2e-7 + \
         (params["working_set_bytes"] + params["load_threads"] * params["load_bytes"]) / 1e9
-    return 0.5 + spec["repetitions"] * (1.5 * points * point_s + setup)
+    return 0.5 + spec.repetitions * (1.5 * points * point_s + setup)
 
 
 # ---- measuring ----------------------------------------------------------------------
@@ -170,7 +182,7 @@ def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env
     from cxlbench import _native
     reads, writes = parse_mix(p["mix"])
     chase_cpu, load_cpus = cpus[0], list(cpus[1:1 + p["load_threads"]])
-    duration_ns = int(env.suite.get("min_sample_s", 0.2) * 1e9)
+    duration_ns = int(env.spec.min_sample_s * 1e9)
     heads = _native.chase_init(chase.addr, chase.length, LINE, 0, 1, seed)
     op = {"reads": reads, "writes": writes, "nt": bool(p.get("nt", False))}
     if rep == 0:

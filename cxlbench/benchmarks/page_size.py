@@ -18,23 +18,43 @@ skipped with the reason when the node has no pages of that size reserved.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from cxlbench.benchmarks import bandwidth, latency
-from cxlbench.benchmarks.base import Env, Planned, as_list, host_pairs, place, sweep
-from cxlbench.benchmarks.sizes import PAGE_BYTES, latency_sweep, stream_array_bytes
-from cxlbench.benchmarks.write_penalty import thread_list
-from cxlbench.results.schema import Case, Sample
-from cxlbench.units import parse_size
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes, latency_sweep
+from cxlbench.benchmarks.write_penalty import Threads, thread_list
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "page_size"
-PAGES = ["4k", "thp", "hugetlb-2m", "hugetlb-1g"]
+PAGES = ("4k", "thp", "hugetlb-2m", "hugetlb-1g")
 MAX_DEFAULT = 8 << 30          # "several GiB", when free memory allows
+METRICS = metrics(Metric("latency_ns", "ns", "lower"), Metric("bandwidth_GBps", "GB/s", "higher"))
+SHOW = Show("Page size and TLB", "Chase latency with each page size over the working set; the knees "
+            "are where the TLB's reach ends.", x="working_set_bytes", facets=("probe", "pattern"))
+
+
+@dataclass(kw_only=True)
+class Spec(s.Spec):
+    probe: tuple[Literal["latency", "bandwidth"], ...] = ("latency", "bandwidth")
+    page: tuple[Page, ...] = PAGES
+    working_set: tuple[s.Size, ...] | Literal["auto"] = "auto"
+    min_working_set: s.Size = 16 << 10
+    max_working_set: s.Size | Literal["auto"] = "auto"   # auto: half the free memory, <= 8 GiB
+    pattern: tuple[Literal["random", "window"], ...] = ("random", "window")
+    # probe = bandwidth (the read kernel)
+    threads: Threads = (1,)
+    array_bytes: s.Size | Literal["auto"] = "auto"
+    iterations: int = 10
 
 
 def max_working_set(value, env: Env, tiers) -> int:
     """"auto": the largest power of two under half the smallest free memory of the
     tiers (and 8 GiB); else the size given."""
-    if value not in (None, "auto"):
-        return parse_size(value)
+    if value != "auto":
+        return value
     free = [env.machine.nodes[t.node].mem_free_bytes for t in tiers if t.node in env.machine.nodes]
     limit = min([MAX_DEFAULT] + [f // 2 for f in free])
     size = 1 << 20
@@ -43,37 +63,30 @@ def max_working_set(value, env: Env, tiers) -> int:
     return size
 
 
-def plan(spec: dict, env: Env) -> list[Planned]:
+def plan(spec: Spec, env: Env) -> list[Planned]:
     pairs = host_pairs(spec, env)
-    lo = parse_size(spec.get("min_working_set", "16KiB"))
-    hi = max_working_set(spec.get("max_working_set", "auto"), env, [t for _, t in pairs])
-    sizes = [parse_size(s) for s in as_list(spec["working_set"])] if "working_set" in spec \
-        else latency_sweep(env.machine, lo, hi)
-    pages = as_list(spec.get("page", PAGES))
-    probes = as_list(spec.get("probe", ["latency", "bandwidth"]))
-    array = spec.get("array_bytes", "auto")
-    array_bytes = stream_array_bytes(env.machine) if array == "auto" else parse_size(array)
+    hi = max_working_set(spec.max_working_set, env, [t for _, t in pairs])
+    sizes = list(spec.working_set) if spec.working_set != "auto" \
+        else latency_sweep(env.machine, spec.min_working_set, hi)
+    size = array_bytes(spec.array_bytes, env.machine)
     planned = []
-    for initiator, tier in host_pairs(spec, env):
-        if "latency" in probes:
-            for p in sweep(spec, page=pages, pattern=spec.get("pattern", ["random", "window"]),
-                           working_set_bytes=sizes):
+    for initiator, tier in pairs:
+        if "latency" in spec.probe:
+            for p in sweep(page=spec.page, pattern=spec.pattern, working_set_bytes=sizes):
                 params = {"probe": "latency", **p, "chains": 1, "line_bytes": latency.LINE}
                 if p["pattern"] == "window":
                     params["window_bytes"] = latency.WINDOW_PAGES * PAGE_BYTES.get(p["page"], 4096)
                     if p["working_set_bytes"] <= params["window_bytes"]:
                         continue              # one window: the same chase as random
-                case = Case(NAME, initiator.name, tier.name, tier.kind, params,
-                            spec["repetitions"], spec["warmup"])
+                case = Case(NAME, initiator.name, tier.name, tier.kind, params, spec.repetitions, spec.warmup)
                 planned.append(Planned(case, _cannot_latency(params, tier, env),
                                        latency._estimate(params, spec)))
-        if "bandwidth" in probes:
-            threads = thread_list(spec.get("threads", [1]), len(initiator.cpus))
-            for p in sweep(spec, page=pages, threads=threads):
+        if "bandwidth" in spec.probe:
+            threads = thread_list(spec.threads, len(initiator.cpus))
+            for p in sweep(page=spec.page, threads=threads):
                 params = {"probe": "bandwidth", **p, "kernel": "read", "nt": False,
-                          "array_bytes": array_bytes, "iterations": spec.get("iterations", 10)}
-                case = Case(NAME, initiator.name, tier.name, tier.kind, params,
-                            spec["repetitions"], spec["warmup"])
+                          "array_bytes": size, "iterations": spec.iterations}
+                case = Case(NAME, initiator.name, tier.name, tier.kind, params, spec.repetitions, spec.warmup)
                 planned.append(Planned(case, _cannot_bandwidth(params, tier, env),
                                        bandwidth._estimate(params, spec)))
     return planned
@@ -107,7 +120,7 @@ def measure_latency(case: Case, env: Env, info: dict) -> list[Sample]:
     p = case.params
     tier = env.tier(case.target)
     cpu = env.initiator(case.initiator).cpus[0]
-    duration_ns = int(env.suite.get("min_sample_s", 0.2) * 1e9)
+    duration_ns = int(env.spec.min_sample_s * 1e9)
     samples, kept = [], []
     for rep in range(case.repetitions):
         with place(p["working_set_bytes"], tier.node, p["page"]) as buf:

@@ -1,10 +1,14 @@
 """Working-set sweeps derived from the machine's caches (DESIGN principle 6)."""
 from __future__ import annotations
 
+from typing import Literal
+
 from cxlbench.topology.model import Machine
 from cxlbench.units import parse_size
 
 PAGE_BYTES = {"4k": 4096, "thp": 2 << 20, "hugetlb-2m": 2 << 20, "hugetlb-1g": 1 << 30}
+#: The page policies a host buffer can be asked for (memory.allocate's `page`).
+Page = Literal["4k", "thp", "hugetlb-2m", "hugetlb-1g"]
 
 
 def cache_sizes(machine: Machine) -> list[int]:
@@ -41,10 +45,15 @@ def stream_array_bytes(machine: Machine, floor: int = 256 << 20) -> int:
     return max(floor, _pow2_at_least(4 * total))
 
 
+def array_bytes(value: int | str, machine: Machine) -> int:
+    """A buffer size from a suite, "auto" meaning STREAM's (see stream_array_bytes)."""
+    return stream_array_bytes(machine) if value == "auto" else int(value)
+
+
 def resolve_sizes(value, machine: Machine, lo: int, hi: int) -> list[int]:
     if value in (None, "auto"):
         return latency_sweep(machine, lo, hi)
-    values = value if isinstance(value, list) else [value]
+    values = value if isinstance(value, (list, tuple)) else [value]
     return [parse_size(v) for v in values]
 
 

@@ -35,17 +35,48 @@ from __future__ import annotations
 
 import os
 import resource
+from dataclasses import dataclass
+from typing import Literal
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, place
-from cxlbench.results.schema import Case, Sample
-from cxlbench.units import parse_size
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, place
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "storage"
 IO_RW = ("randread", "randwrite", "read", "write")
 CHASE = "mmap-chase"
 PERCENTILES = (50.0, 99.0, 99.9)
-RANDOM_BLOCKS = ["4KiB"]
-SEQ_BLOCKS = ["128KiB", "256KiB", "512KiB", "1MiB", "2MiB", "4MiB"]
+RANDOM_BLOCKS = (4 << 10,)
+SEQ_BLOCKS = tuple(k << 10 for k in (128, 256, 512, 1024, 2048, 4096))
+
+METRICS = metrics(Metric("latency_ns", "ns", "lower"), Metric("iops", "IO/s", "higher"),
+                  Metric("bandwidth_GBps", "GB/s", "higher"))
+SHOW = Show(
+    "Storage", "O_DIRECT I/O on the NVMe tier: latency, IOPS over queue depth, bandwidth over block size.",
+    x="qd", facets=("rw",),
+    headlines=(
+        Headline("4 KiB random read, QD1, p50 latency", "latency_ns", column="QD1 read p50",
+                 where={"rw": "randread", "block_bytes": 4096, "qd": 1, "percentile": 50},
+                 pick="best", scale=1e-3, unit="us", digits=1),
+        Headline("4 KiB random read, peak IOPS (QD{qd})", "iops", column="peak IOPS",
+                 where={"rw": "randread", "block_bytes": 4096}, digits=0),
+        *(Headline(f"sequential {rw} peak ({{block_bytes}}, QD{{qd}})", "bandwidth_GBps",
+                   column=f"sequential {rw}", where={"rw": rw}) for rw in ("read", "write"))))
+
+
+@dataclass(kw_only=True)
+class Spec(s.Spec):
+    tiers: tuple[str, ...] = ("nvme",)
+    rw: tuple[Literal["randread", "randwrite", "read", "write", "mmap-chase"], ...] = (*IO_RW,)
+    block: tuple[s.Size, ...] | None = None       # default: 4 KiB random, 128 KiB-4 MiB sequential
+    qd: tuple[int, ...] = (1,)
+    engine: tuple[Literal["auto", "psync", "libaio"], ...] = ("auto",)   # auto: psync at QD1
+    buffer_page: tuple[Literal["4k", "thp"], ...] = ("4k",)
+    file_size: s.Size = 1 << 30
+    chase_file_size: s.Size = 256 << 20
+    runtime_s: float = 0.5
+    host_node: int | Literal["local"] = "local"    # the node of the I/O buffers
+    allow_buffered: bool = False                   # where O_DIRECT does not work: label, don't refuse
 ALIGN = 4096                      # O_DIRECT: whole logical blocks; 4 KiB suits every device
 PAGE = 4096
 NO_TIER = "no NVMe tier: declare a directory on one with --tier nvme=/path/to/dir"
@@ -53,28 +84,27 @@ NO_TIER = "no NVMe tier: declare a directory on one with --tier nvme=/path/to/di
 
 # ---- planning ----------------------------------------------------------------------
 
-def plan(spec: dict, env: Env) -> list[Planned]:
+def plan(spec: Spec, env: Env) -> list[Planned]:
     from cxlbench.storage import StorageError, inspect_directory, sweep_stale
 
     points = _points(spec)
-    reps, warmup = spec["repetitions"], spec["warmup"]
+    reps, warmup = spec.repetitions, spec.warmup
     tiers = _tiers(spec, env)
     if not tiers:
         cpu = _cpu_initiators(env)
         who = cpu[0].name if cpu else "cpu"
         return [Planned(Case(NAME, who, "nvme", "nvme", p, reps, warmup), NO_TIER, 0.0)
                 for p in points]
-    allow_buffered = bool(spec.get("allow_buffered", env.suite.get("allow_buffered", False)))
     planned = []
     for tier in tiers:
         refusal, io, numa = None, "direct", None
         try:
             d = inspect_directory(tier.path)
             sweep_stale(d.path)             # the start's sweep: files of killed workers
-            io, numa = d.io_mode(allow_buffered), d.numa_node
+            io, numa = d.io_mode(spec.allow_buffered), d.numa_node
         except StorageError as e:
             refusal = str(e)
-        initiator, host_node = _placement(env, numa, spec.get("host_node", "local"))
+        initiator, host_node = _placement(env, numa, spec.host_node)
         for p in points:
             params = {**p, "io": io, "host_node": host_node}
             case = Case(NAME, initiator, tier.name, tier.kind, params, reps, warmup)
@@ -82,8 +112,8 @@ def plan(spec: dict, env: Env) -> list[Planned]:
     return planned
 
 
-def _tiers(spec: dict, env: Env) -> list:
-    wanted = set(as_list(spec.get("tiers", ["nvme"])))
+def _tiers(spec: Spec, env: Env) -> list:
+    wanted = set(spec.tiers)
     return [t for t in env.tiers.values() if t.kind == "nvme" and (t.kind in wanted or t.name in wanted)]
 
 
@@ -98,32 +128,30 @@ def _placement(env: Env, device_node: int | None, host_node) -> tuple[str, int]:
     near = [i for i in cpus if device_node is not None and i.node == device_node]
     initiator = (near or cpus)[0] if cpus else None
     name = initiator.name if initiator else "cpu"
-    if host_node in (None, "local"):
+    if host_node == "local":
         node = initiator.node if initiator and initiator.node is not None else 0
     else:
         node = int(host_node)
     return name, node
 
 
-def _points(spec: dict) -> list[dict]:
-    file_bytes = parse_size(spec.get("file_size", "1GiB"))
-    runtime_s = float(spec.get("runtime_s", 0.5))
+def _points(spec: Spec) -> list[dict]:
+    file_bytes, runtime_s = spec.file_size, float(spec.runtime_s)
     points, seen = [], set()
-    for rw in as_list(spec.get("rw", list(IO_RW))):
+    for rw in spec.rw:
         if rw == CHASE:
-            p = {"rw": CHASE, "file_bytes": parse_size(spec.get("chase_file_size", "256MiB")),
-                 "advice": "random", "runtime_s": runtime_s}
+            p = {"rw": CHASE, "file_bytes": spec.chase_file_size, "advice": "random", "runtime_s": runtime_s}
         else:
-            default = RANDOM_BLOCKS if str(rw).startswith("rand") else SEQ_BLOCKS
-            for block in as_list(spec.get("block", default)):
-                for qd in as_list(spec.get("qd", [1])):
-                    for engine in as_list(spec.get("engine", "auto")):
+            default = RANDOM_BLOCKS if rw.startswith("rand") else SEQ_BLOCKS
+            for block in spec.block or default:
+                for qd in spec.qd:
+                    for engine in spec.engine:
                         if engine == "auto":
                             engine = "psync" if qd == 1 else "libaio"
-                        for page in as_list(spec.get("buffer_page", ["4k"])):
-                            points.append({"rw": rw, "block_bytes": parse_size(block),
-                                           "qd": int(qd), "engine": engine, "buffer_page": page,
-                                           "file_bytes": file_bytes, "runtime_s": runtime_s})
+                        for page in spec.buffer_page:
+                            points.append({"rw": rw, "block_bytes": block, "qd": qd, "engine": engine,
+                                           "buffer_page": page, "file_bytes": file_bytes,
+                                           "runtime_s": runtime_s})
             continue
         key = tuple(sorted(p.items()))
         if key not in seen:
@@ -137,8 +165,6 @@ def _cannot(params: dict, tier, env: Env) -> str | None:
     from cxlbench.storage.scratch import room_for
 
     rw, size = params["rw"], params["file_bytes"]
-    if rw not in IO_RW and rw != CHASE:
-        return f"unknown rw {rw!r} (use {', '.join(IO_RW + (CHASE,))})"
     if size <= 0 or size % (1 << 20):
         return f"file size {size} B is not a whole number of MiB"
     room = room_for(tier.path)
@@ -155,10 +181,6 @@ def _cannot(params: dict, tier, env: Env) -> str | None:
                     f"chase_file_size")
         return None
     block, qd, engine = params["block_bytes"], params["qd"], params["engine"]
-    if engine not in ("psync", "libaio"):
-        return f"unknown engine {engine!r} (use psync, libaio or auto)"
-    if params["buffer_page"] not in ("4k", "thp"):
-        return f"buffer_page {params['buffer_page']!r}: I/O buffers are on 4k or thp pages"
     if engine == "psync" and qd != 1:
         return f"psync keeps one I/O in flight; qd {qd} needs engine libaio"
     if qd < 1:
@@ -173,13 +195,13 @@ def _cannot(params: dict, tier, env: Env) -> str | None:
     return None
 
 
-def _estimate(params: dict, spec: dict) -> float:
+def _estimate(params: dict, spec: Spec) -> float:
     """Seconds: prefilling the file (~1 GB/s), warm-up and timed runs, worker start."""
-    runs = spec["repetitions"] + max(spec["warmup"], 1) * 0.25
+    runs = spec.repetitions + max(spec.warmup, 1) * 0.25
     fill = params["file_bytes"] / 1e9
     if params["rw"] == CHASE:
         fill *= 2                         # populate and chain, then write back
-        runs = spec["repetitions"] * 1.5 + 0.5
+        runs = spec.repetitions * 1.5 + 0.5
     return 0.5 + fill + runs * params["runtime_s"]
 
 

@@ -25,11 +25,13 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
+from dataclasses import dataclass
+from typing import Literal
 
-from cxlbench.benchmarks.base import Env, Planned, Skip, as_list, sweep
-from cxlbench.results.schema import Case, Sample
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, sweep
+from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Initiator, Tier
-from cxlbench.units import parse_size
 
 NAME = "training"
 #: A case's repetitions are the steady steps of one training run: never split
@@ -39,11 +41,70 @@ ENGINES = ("offload", "none", "fsdp2_cpu_offload")
 NO_GPU = "no GPU"
 ADAMW_BYTES_FP32_GRAD = 28      # p, m, v read + written (24) + fp32 grad read (4)
 
+METRICS = metrics(
+    Metric("tokens_per_s", "tokens/s", "higher"),
+    Metric("step_time_s", "s", "lower"),
+    Metric("loss", "nats", "lower"),
+    Metric("tflops", "TFLOP/s", "higher"),
+    Metric("mfu", "fraction", "higher"),
+    # the step's breakdown: seconds of one step spent in each phase
+    Metric("forward_s", "s", "lower"),
+    Metric("backward_s", "s", "lower"),
+    Metric("transfer_s", "s", "lower"),          # device<->host copies not hidden behind compute
+    Metric("optimizer_s", "s", "lower"),
+    Metric("nvme_read_s", "s", "lower"),         # time the update waited for NVMe reads
+    Metric("nvme_write_s", "s", "lower"),
+    Metric("idle_s", "s", "lower"),
+    Metric("predicted_step_s", "s", "lower"),    # the step-time model's prediction
+    Metric("memory_bytes", "B", "lower"),        # peak/placed bytes per tier (column `memory`)
+    Metric("max_params", "params", "higher"),    # largest model that trains in a placement
+    Metric("params_per_s", "params/s", "higher"),   # AdamW's rate
+    Metric("bandwidth_GBps", "GB/s", "higher"),  # the rates the step-time model used
+    Metric("seconds", "s", "lower"),
+)
+SHOW = Show(
+    "Training", "Tokens per second with model state on each tier, and where the step time goes.",
+    x="n_params", facets=("mode",),
+    headlines=(
+        Headline("training {config}, engine {engine} ({compute})", "tokens_per_s", column="tokens/s",
+                 where={"mode": "train"}, pick="each", digits=0),
+        Headline("largest config that fits, {engine} ({compute})", "max_params", column="largest config",
+                 where={"mode": "find_max"}, pick="each", digits=0),
+        Headline("AdamW, state here ({impl}, {threads} threads)", "params_per_s", column="AdamW",
+                 where={"mode": "optimizer"}, pick="best", scale=1e-6, unit="M params/s", digits=0)))
+
+Compute = Literal["auto", "gpu", "cpu"]
+
+
+@dataclass(kw_only=True)
+class Spec(s.Spec):
+    mode: Literal["train", "optimizer", "find_max"] = "train"
+    tiers: tuple[str, ...] = ("ddr", "cxl", "nvme")      # optimizer mode: the state's tiers
+    # train and find_max
+    config: tuple[str, ...] | None = None     # train: ("tiny",); find_max: every config
+    engine: tuple[Literal["offload", "none", "fsdp2_cpu_offload"], ...] = ENGINES
+    compute: tuple[Compute, ...] = ("auto",)  # auto: the GPU, and the CPU where there is none
+    steps: int | None = None                  # train: 20 steady steps; find_max: 2; optimizer: repetitions
+    warmup_steps: int | None = None           # train: 3; find_max: 1
+    batch: int | None = None
+    seq: int | None = None
+    impl: str = "fused"                       # the offload engine's CPU AdamW
+    optimizer_on: tuple[str, ...] = ("ddr", "cxl", "nvme", "hbm")
+    params_on: tuple[str, ...] = ("optimizer",)
+    grads_on: tuple[str, ...] = ("local",)
+    activations_on: tuple[str, ...] = ("device",)
+    activation_checkpointing: tuple[bool, ...] = (False,)
+    # optimizer mode
+    n_params: s.Size = 16 << 20
+    nvme_params: s.Size = 4 << 20
+    impls: tuple[str, ...] = ("fused", "foreach", "forloop", "native", "deepspeed")
+    threads: tuple[int | Literal["all"], ...] = ("all",)   # all: every CPU of the initiator
+
 
 # ---- planning ---------------------------------------------------------------------
 
-def plan(spec: dict, env: Env) -> list[Planned]:
-    mode = spec.get("mode", "train")
+def plan(spec: Spec, env: Env) -> list[Planned]:
+    mode = spec.mode
     if mode == "optimizer":
         return _plan_optimizer(spec, env)
     if mode == "find_max":
@@ -92,40 +153,38 @@ def _ddr_of(initiator: Initiator | None, env: Env) -> Tier | None:
     return next((t for t in ddr if t.node == node), ddr[0] if ddr else None)
 
 
-def _plan_train(spec: dict, env: Env, find_max: bool = False) -> list[Planned]:
+def _plan_train(spec: Spec, env: Env, find_max: bool = False) -> list[Planned]:
     """train: one case per config × placement. find_max: one case per placement that
     tries the configs smallest first (2 steps each) and reports the largest that fits."""
     from cxlbench.training.configs import MODELS, model_config, train_config
 
     gpu = _gpu_initiator(env)
-    compute = as_list(spec.get("compute", "auto"))
+    compute = list(spec.compute)
     devices = ["gpu"] + (["cpu"] if gpu is None else []) if compute == ["auto"] else compute
-    steps, warmup = int(spec.get("steps", 20)), int(spec.get("warmup_steps", 3))
-    configs = as_list(spec.get("config", ["tiny"]))
+    steps, warmup = _or(spec.steps, 20), _or(spec.warmup_steps, 3)
+    configs = list(spec.config or ("tiny",))
     if find_max:
-        configs = sorted(as_list(spec.get("config", list(MODELS))),
-                         key=lambda c: model_config(c).num_params())
-        steps, warmup = int(spec.get("steps", 2)), int(spec.get("warmup_steps", 1))
+        configs = sorted(spec.config or MODELS, key=lambda c: model_config(c).num_params())
+        steps, warmup = _or(spec.steps, 2), _or(spec.warmup_steps, 1)
     planned: list[Planned] = []
-    for point in sweep(spec, device=devices, config=[",".join(configs)] if find_max else configs,
-                       ac=spec.get("activation_checkpointing", [False]),
-                       act=spec.get("activations_on", ["device"]),
-                       engine=spec.get("engine", list(ENGINES))):
+    for point in sweep(device=devices, config=[",".join(configs)] if find_max else configs,
+                       ac=spec.activation_checkpointing, act=spec.activations_on, engine=spec.engine,
+                       threads=spec.threads):
         config, device = point["config"], point["device"]
-        base = train_config(config.split(",")[0], batch=spec.get("batch"), seq_len=spec.get("seq"))
+        base = train_config(config.split(",")[0], batch=spec.batch, seq_len=spec.seq)
         common = {"mode": "find_max" if find_max else "train", "config": config,
                   "engine": point["engine"], "activation_checkpointing": bool(point["ac"]),
-                  "batch": spec.get("batch") if find_max else base.batch,
-                  "seq": spec.get("seq") if find_max else base.seq_len,
-                  "impl": spec.get("impl", "fused"), "compute": device}
-        if "threads" in spec:                 # default: every CPU of the initiator
-            common["threads"] = int(spec["threads"])
+                  "batch": spec.batch if find_max else base.batch,
+                  "seq": spec.seq if find_max else base.seq_len,
+                  "impl": spec.impl, "compute": device}
+        if point["threads"] != "all":         # default: every CPU of the initiator
+            common["threads"] = point["threads"]
         for case, skip in _placements(spec, env, device, gpu, point["engine"], point["act"],
                                       common, steps, warmup):
             if find_max:                      # time for the configs it will try
                 estimate = 1.0
                 for c in configs:
-                    if _fits(case, env, model_config(c)) or _too_slow(case, env, c):
+                    if _fits(case, env, model_config(c)) or _too_slow(case, c, spec.case_timeout_s):
                         break
                     estimate += _estimate(case, model_config(c), c)
             else:
@@ -135,12 +194,12 @@ def _plan_train(spec: dict, env: Env, find_max: bool = False) -> list[Planned]:
     return planned
 
 
-def _placements(spec, env, device, gpu, engine, act, common, steps, warmup):
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _placements(spec: Spec, env, device, gpu, engine, act, common, steps, warmup):
     """(case, skip reason) for each placement an engine takes on a device."""
-    if engine not in ENGINES:
-        yield _case("cpu:node0", "?", "?", {**common}, steps, warmup), \
-            f"unknown engine {engine!r} (known: {', '.join(ENGINES)})"
-        return
     no_gpu = NO_GPU if device == "gpu" and gpu is None else None
     gpu_name = gpu.name if gpu else "gpu:0"
     act_tier = act if act == "device" else _select(act, env)
@@ -172,7 +231,7 @@ def _placements(spec, env, device, gpu, engine, act, common, steps, warmup):
                no_gpu or (None if act == "device" else "FSDP2 reference keeps activations on the device"))
         return
     # the offload engine: one case per optimizer tier × params_on × grads_on
-    for selector in as_list(spec.get("optimizer_on", ["ddr", "cxl", "nvme", "hbm"])):
+    for selector in spec.optimizer_on:
         if selector == "hbm" or (selector in env.tiers and env.tiers[selector].kind == "hbm"):
             continue                            # optimizer on the device is engine "none"
         tiers = _select(selector, env)
@@ -187,9 +246,9 @@ def _placements(spec, env, device, gpu, engine, act, common, steps, warmup):
             initiator = gpu if device == "gpu" else cpu_ini
             local = _ddr_of(initiator, env)
             ini_name = initiator.name if initiator else (gpu_name if device == "gpu" else "cpu:node0")
-            for params_sel in as_list(spec.get("params_on", ["optimizer"])):
+            for params_sel in spec.params_on:
                 params_on, why = _resolve(params_sel, tier, local, env)
-                for grads_sel in as_list(spec.get("grads_on", ["local"])):
+                for grads_sel in spec.grads_on:
                     grads_on, why_g = _resolve(grads_sel, tier, local, env, host_only=True)
                     skip = no_gpu or act_skip or why or why_g
                     if not skip and env.tiers.get(params_on, tier).kind == "nvme" and tier.kind != "nvme":
@@ -290,11 +349,11 @@ def _node_free_now(node: int) -> int | None:
     return None
 
 
-def _too_slow(case: Case, env: Env, config: str) -> str | None:
+def _too_slow(case: Case, config: str, limit: float) -> str | None:
     """Why find_max does not try a config: its steps would run past the case's time
     limit on this compute (8b on a 2-core CPU: hours), or None."""
     from cxlbench.training.configs import model_config
-    need, limit = _estimate(case, model_config(config), config), env.suite.get("case_timeout_s", 600)
+    need = _estimate(case, model_config(config), config)
     if need <= limit:
         return None
     return (f"not tried: ~{need:.0f} s for {case.warmup + case.repetitions} steps on the "
@@ -310,13 +369,12 @@ def _estimate(case: Case, cfg, config: str | None = None) -> float:
     return 8.0 + (case.repetitions + case.warmup) * per_step * (2 if p["engine"] != "none" else 1)
 
 
-def _plan_optimizer(spec: dict, env: Env) -> list[Planned]:
-    n = parse_size(spec.get("n_params", "16M"))
-    n_nvme = parse_size(spec.get("nvme_params", "4M"))
-    impls = ",".join(as_list(spec.get("impls", ["fused", "foreach", "forloop", "native", "deepspeed"])))
-    reps = int(spec.get("steps", spec.get("repetitions", 5)))
+def _plan_optimizer(spec: Spec, env: Env) -> list[Planned]:
+    n, n_nvme = spec.n_params, spec.nvme_params
+    impls = ",".join(spec.impls)
+    reps = _or(spec.steps, spec.repetitions)
     planned = []
-    for selector in as_list(spec.get("tiers", ["ddr", "cxl", "nvme"])):
+    for selector in spec.tiers:
         tiers = _select(selector, env)
         if isinstance(tiers, str):
             case = Case(NAME, "cpu:node0", selector, selector,
@@ -328,10 +386,10 @@ def _plan_optimizer(spec: dict, env: Env) -> list[Planned]:
                 continue
             ini = _cpu_initiator_for(tier if tier.kind != "nvme" else None, env)
             count = n_nvme if tier.kind == "nvme" else n
-            for threads in as_list(spec.get("threads", ["all"])):   # all: the initiator's CPUs
+            for threads in spec.threads:         # all: the initiator's CPUs
                 params = {"mode": "optimizer", "n_params": count, "impls": impls}
                 if threads != "all":
-                    params["threads"] = int(threads)
+                    params["threads"] = threads
                 case = Case(NAME, ini.name if ini else "cpu:node0", tier.name, tier.kind, params, reps, 1)
                 per_step = count * (12 * 2 / 2e8 if tier.kind == "nvme" else 1 / 4e7)
                 planned.append(Planned(case, None, 3.0 + (reps + 1) * per_step * 3))
@@ -461,7 +519,7 @@ def _measure_find_max(case: Case, env: Env, info: dict) -> list[Sample]:
         if too_big:
             findings[config] = f"does not fit (estimated): {too_big}"
             break
-        too_slow = _too_slow(case, env, config)
+        too_slow = _too_slow(case, config, env.spec.case_timeout_s)
         if too_slow:
             findings[config] = too_slow
             break

@@ -29,11 +29,14 @@ kept (column `iteration`).
 """
 from __future__ import annotations
 
-from cxlbench.benchmarks.base import Env, Planned, as_list, host_pairs, place, sweep
+from dataclasses import dataclass
+from typing import Literal
+
+from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.bandwidth import thread_counts
-from cxlbench.benchmarks.sizes import stream_array_bytes
-from cxlbench.results.schema import Case, Sample
-from cxlbench.units import parse_size
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.sizes import array_bytes
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "write_penalty"
 LINE = 64
@@ -52,33 +55,46 @@ STORES = ("regular", "nt")
 #: clock). The ratios are the finding; they must not move with the neighbours.
 CLOCK = "cpu"
 
+METRICS = metrics(Metric("bandwidth_GBps", "GB/s", "higher"),
+                  Metric("ns_per_line", "ns", "lower"))    # per 64-byte line, all threads
+SHOW = Show("Write penalty", "Read, write and partial-line write bandwidth per tier.",
+            x="threads", facets=("store",))
 
-def plan(spec: dict, env: Env) -> list[Planned]:
-    array = spec.get("array_bytes", "auto")
-    array_bytes = stream_array_bytes(env.machine) if array == "auto" else parse_size(array)
-    partial = [int(b) for b in as_list(spec.get("partial_bytes", [8]))]
+#: Thread counts: "auto" (1, 2, 4 ... every CPU), or counts where "all" is every CPU.
+Threads = tuple[int | Literal["all"], ...] | Literal["auto"]
+
+
+@dataclass(kw_only=True)
+class Spec(s.Spec):
+    op: tuple[Literal["read", "3:1", "2:1", "1:1", "write", "rmw", "partial"], ...] = tuple(OPS)
+    store: tuple[Literal["regular", "nt"], ...] = STORES
+    partial_bytes: tuple[int, ...] = (8,)        # bytes a partial write stores per line
+    threads: Threads = (1,)
+    page: tuple[Literal["4k", "thp"], ...] = ("4k",)
+    array_bytes: s.Size | Literal["auto"] = "auto"
+    iterations: int = 10
+
+
+def plan(spec: Spec, env: Env) -> list[Planned]:
+    size = array_bytes(spec.array_bytes, env.machine)
     planned = []
     for initiator, tier in host_pairs(spec, env):
-        threads = thread_list(spec.get("threads", [1]), len(initiator.cpus))
-        for p in sweep(spec, op=spec.get("op", list(OPS)), store=spec.get("store", list(STORES)),
-                       threads=threads, page=spec.get("page", "4k")):
+        threads = thread_list(spec.threads, len(initiator.cpus))
+        for p in sweep(op=spec.op, store=spec.store, threads=threads, page=spec.page):
             if p["op"] == "read" and p["store"] == "nt":
                 continue                       # no stores to make non-temporal
-            for wb in (partial if p["op"] == "partial" else [LINE]):
-                params = {**p, "write_bytes": wb, "array_bytes": array_bytes,
-                          "iterations": spec.get("iterations", 10)}
-                case = Case(NAME, initiator.name, tier.name, tier.kind, params,
-                            spec["repetitions"], spec["warmup"])
+            for wb in (spec.partial_bytes if p["op"] == "partial" else [LINE]):
+                params = {**p, "write_bytes": wb, "array_bytes": size, "iterations": spec.iterations}
+                case = Case(NAME, initiator.name, tier.name, tier.kind, params, spec.repetitions, spec.warmup)
                 planned.append(Planned(case, cannot(params, tier, env), estimate(params, spec)))
     return planned
 
 
 def thread_list(value, ncpus: int) -> list[int]:
-    """Thread counts: "auto" as the bandwidth family (1, 2, 4, ... all), or a list of
-    counts where "all" means every CPU of the initiator; counts above it are dropped."""
-    if value in (None, "auto"):
+    """Thread counts (see Threads); counts above the initiator's CPUs are dropped."""
+    if value == "auto":
         return thread_counts(value, ncpus)
-    counts = [ncpus if v == "all" else int(v) for v in as_list(value)]
+    counts = [ncpus if v == "all" else int(v) for v in value]
     return sorted({n for n in counts if 1 <= n <= ncpus})
 
 
@@ -97,27 +113,20 @@ def bytes_per_line(params: dict) -> float:
 
 
 def cannot(params: dict, tier, env: Env) -> str | None:
-    if params["op"] not in OPS:
-        return f"unknown op {params['op']!r} (use {', '.join(OPS)})"
-    if params["store"] not in STORES:
-        return f"unknown store {params['store']!r} (use regular or nt)"
     wb = params["write_bytes"]
     if wb % 4 or not 4 <= wb <= LINE:
         return f"write_bytes {wb}: a multiple of 4 from 4 to 64"
-    if params["page"] not in ("4k", "thp"):
-        return f"page policy {params['page']!r} is not offered here (use 4k or thp)"
     node = env.machine.nodes.get(tier.node)
     if node is not None and params["array_bytes"] > node.mem_free_bytes * 0.8:
         return f"needs {params['array_bytes'] >> 20} MiB, more than 80% of node {tier.node}'s free memory"
     return None
 
 
-def estimate(params: dict, spec: dict) -> float:
+def estimate(params: dict, spec: Spec) -> float:
     """Seconds, assuming ~2 GB/s of lines per thread in the worst case (partial NT) and
     ~1 GB/s to fault memory in."""
     lines_s = params["array_bytes"] / 2e9 / params["threads"]
-    return 0.3 + spec["repetitions"] * (params["array_bytes"] / 1e9 +
-                                        (params["iterations"] + spec["warmup"]) * lines_s)
+    return 0.3 + spec.repetitions * (params["array_bytes"] / 1e9 + (params["iterations"] + spec.warmup) * lines_s)
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:

@@ -21,15 +21,30 @@ skipped with that reason.
 """
 from __future__ import annotations
 
-from cxlbench.benchmarks.base import Env, Planned, as_list, place, sweep
-from cxlbench.benchmarks.sizes import stream_array_bytes
-from cxlbench.benchmarks.write_penalty import thread_list
-from cxlbench.results.schema import Case, Sample
+from dataclasses import dataclass
+from typing import Literal
+
+from cxlbench.benchmarks import spec as s
+from cxlbench.benchmarks.base import Env, Planned, Show, metrics, place, sweep
+from cxlbench.benchmarks.sizes import array_bytes
+from cxlbench.benchmarks.write_penalty import Threads, thread_list
+from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Initiator, Tier
-from cxlbench.units import parse_size
 
 NAME = "zerocopy"
 STRATEGIES = ("in_place", "copy", "migrate_mbind", "migrate_move_pages")
+METRICS = metrics(Metric("seconds", "s", "lower"))
+SHOW = Show("Zero-copy vs copy vs migrate", "Time to use far data K times: in place, copied to the "
+            "local tier first, or migrated first.", x="uses", facets=("threads",))
+
+
+@dataclass(kw_only=True)
+class Spec(s.Spec):
+    strategy: tuple[Literal["in_place", "copy", "migrate_mbind", "migrate_move_pages"], ...] = STRATEGIES
+    data_bytes: s.Size | Literal["auto"] = "auto"
+    max_uses: int = 16                 # passes over the data after its preparation
+    threads: Threads = (1,)
+    page: Literal["4k", "thp"] = "4k"
 
 
 def local_tier(initiator: Initiator, env: Env) -> Tier | None:
@@ -38,10 +53,10 @@ def local_tier(initiator: Initiator, env: Env) -> Tier | None:
                  if t.kind == "ddr" and t.node == initiator.node), None)
 
 
-def far_pairs(spec: dict, env: Env) -> list[tuple[Initiator, Tier, Tier]]:
+def far_pairs(spec: Spec, env: Env) -> list[tuple[Initiator, Tier, Tier]]:
     """(initiator, far tier, its local DDR tier) for every CPU initiator and every
-    host tier on another node (spec "tiers": kinds or names, default ddr and cxl)."""
-    wanted = set(as_list(spec.get("tiers", ["ddr", "cxl"])))
+    host tier on another node (spec.tiers: kinds or names)."""
+    wanted = set(spec.tiers)
     out = []
     for i in sorted((i for i in env.initiators.values() if i.kind == "cpu"), key=lambda i: i.name):
         local = local_tier(i, env)
@@ -53,27 +68,23 @@ def far_pairs(spec: dict, env: Env) -> list[tuple[Initiator, Tier, Tier]]:
     return out
 
 
-def plan(spec: dict, env: Env) -> list[Planned]:
-    size = spec.get("data_bytes", "auto")
-    data_bytes = stream_array_bytes(env.machine) if size == "auto" else parse_size(size)
-    common = {"data_bytes": data_bytes, "max_uses": int(spec.get("max_uses", 16)),
-              "page": spec.get("page", "4k")}
+def plan(spec: Spec, env: Env) -> list[Planned]:
+    common = {"data_bytes": array_bytes(spec.data_bytes, env.machine), "max_uses": spec.max_uses,
+              "page": spec.page}
     pairs = far_pairs(spec, env)
     if not pairs:
         return _nothing_far(spec, env, common)
     planned = []
     for initiator, far, local in pairs:
-        for p in sweep(spec, strategy=spec.get("strategy", list(STRATEGIES)),
-                       threads=thread_list(spec.get("threads", [1]), len(initiator.cpus))):
+        for p in sweep(strategy=spec.strategy, threads=thread_list(spec.threads, len(initiator.cpus))):
             params = {**p, **common, "local": local.name}
-            case = Case(NAME, initiator.name, far.name, far.kind, params,
-                        spec["repetitions"], spec["warmup"])
+            case = Case(NAME, initiator.name, far.name, far.kind, params, spec.repetitions, spec.warmup)
             planned.append(Planned(case, cannot(params, initiator, far, local, env),
                                    estimate(params, spec)))
     return planned
 
 
-def _nothing_far(spec: dict, env: Env, common: dict) -> list[Planned]:
+def _nothing_far(spec: Spec, env: Env, common: dict) -> list[Planned]:
     """One skipped case per CPU initiator, saying why nothing was measured."""
     out = []
     for i in sorted((i for i in env.initiators.values() if i.kind == "cpu"), key=lambda i: i.name):
@@ -85,16 +96,12 @@ def _nothing_far(spec: dict, env: Env, common: dict) -> list[Planned]:
                f"zero-copy vs copy vs migrate needs a CXL or remote-socket node "
                f"(declare one: cxl=node:N)")
         case = Case(NAME, i.name, target.name, target.kind, {**common, "strategy": "all"},
-                    spec["repetitions"], spec["warmup"])
+                    spec.repetitions, spec.warmup)
         out.append(Planned(case, why, 0.0))
     return out
 
 
 def cannot(params: dict, initiator, far, local, env: Env) -> str | None:
-    if params["strategy"] not in STRATEGIES:
-        return f"unknown strategy {params['strategy']!r} (use {', '.join(STRATEGIES)})"
-    if params["page"] not in ("4k", "thp"):
-        return f"page policy {params['page']!r} is not offered here (use 4k or thp)"
     if params["threads"] > len(initiator.cpus):
         return f"{params['threads']} threads, but {initiator.name} has {len(initiator.cpus)} CPUs"
     for tier in (far, local):
@@ -105,12 +112,12 @@ def cannot(params: dict, initiator, far, local, env: Env) -> str | None:
     return None
 
 
-def estimate(params: dict, spec: dict) -> float:
+def estimate(params: dict, spec: Spec) -> float:
     """Seconds: faulting the far data (and the staging copy) in at ~1 GB/s, the
     preparation (~2 GB/s), max_uses passes at ~5 GB/s per thread."""
     b = params["data_bytes"]
     passes = params["max_uses"] * b / (5e9 * params["threads"])
-    return 0.5 + spec["repetitions"] * (2 * b / 1e9 + b / 2e9 + passes)
+    return 0.5 + spec.repetitions * (2 * b / 1e9 + b / 2e9 + passes)
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:

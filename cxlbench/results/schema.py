@@ -24,6 +24,8 @@ RUNNING, COMPLETE, PARTIAL, RUN_FAILED = "running", "complete", "partial", "fail
 
 @dataclass(frozen=True)
 class Metric:
+    """What a family's samples measure; each family declares its own (METRICS),
+    and the run records them, so there is no table of metrics to keep in step."""
     name: str
     unit: str
     better: str    # "lower" or "higher": comparisons and colours read it from here
@@ -31,43 +33,6 @@ class Metric:
     def __post_init__(self):
         if self.better not in ("lower", "higher"):
             raise ValueError(f"metric {self.name}: better must be lower/higher")
-
-
-METRICS: dict[str, Metric] = {m.name: m for m in [
-    Metric("latency_ns", "ns", "lower"),
-    Metric("bandwidth_GBps", "GB/s", "higher"),     # 10^9 bytes per second
-    Metric("iops", "IO/s", "higher"),
-    Metric("tokens_per_s", "tokens/s", "higher"),
-    Metric("step_time_s", "s", "lower"),
-    Metric("seconds", "s", "lower"),
-    Metric("params_per_s", "params/s", "higher"),
-    Metric("tflops", "TFLOP/s", "higher"),
-    Metric("mfu", "fraction", "higher"),
-    Metric("cycles", "cycles", "lower"),
-    Metric("loss", "nats", "lower"),
-    # training step breakdown (seconds of one step spent in each phase)
-    Metric("forward_s", "s", "lower"),
-    Metric("backward_s", "s", "lower"),
-    Metric("transfer_s", "s", "lower"),          # device<->host copies not hidden behind compute
-    Metric("optimizer_s", "s", "lower"),
-    Metric("nvme_read_s", "s", "lower"),         # time the update waited for NVMe reads
-    Metric("nvme_write_s", "s", "lower"),
-    Metric("idle_s", "s", "lower"),
-    Metric("predicted_step_s", "s", "lower"),    # the step-time model's prediction
-    Metric("memory_bytes", "B", "lower"),        # peak/placed bytes per tier (column `memory`)
-    Metric("max_params", "params", "higher"),    # largest model that trains in a placement
-    # host suites (issue 3)
-    Metric("ns_per_load", "ns", "lower"),        # chase with N chains: elapsed / (steps x chains)
-    Metric("ns_per_line", "ns", "lower"),        # write penalty: time per 64-byte line, all threads
-    Metric("ns_per_sector", "ns", "lower"),      # GPU write penalty: time per 32-byte sector touched
-]}
-
-
-def metric(name: str) -> Metric:
-    try:
-        return METRICS[name]
-    except KeyError:
-        raise KeyError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}") from None
 
 
 @dataclass
@@ -116,16 +81,17 @@ class CaseResult:
     info: dict[str, Any] = field(default_factory=dict)   # placement verification, warnings
 
 
-def sample_rows(run_id: str, result: CaseResult) -> list[dict[str, Any]]:
-    """Flatten a case's samples into tidy rows (one per sample)."""
+def sample_rows(run_id: str, result: CaseResult, metrics: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """Flatten a case's samples into tidy rows (one per sample); `metrics`: the unit
+    and direction of each metric its family declares, as run.json records them."""
     case = result.case
     rows = []
     for s in result.samples:
-        m = metric(s.metric)
+        m = metrics[s.metric]
         row = {
             "run_id": run_id, "case_id": case.case_id, "benchmark": case.benchmark,
             "initiator": case.initiator, "target": case.target, "tier_kind": case.tier_kind,
-            "metric": m.name, "value": float(s.value), "unit": m.unit, "better": m.better,
+            "metric": s.metric, "value": float(s.value), "unit": m["unit"], "better": m["better"],
             "repetition": s.repetition,
         }
         row.update(case.params)

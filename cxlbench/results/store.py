@@ -101,7 +101,9 @@ class RunWriter:
         """Store a case. When a case is measured by several processes, `part` is the
         latest one's result (its samples are written) and `result` the case so far
         (it replaces the case's entry in run.json)."""
-        rows = sample_rows(self.run_id, part or result)
+        measured = part or result
+        rows = sample_rows(self.run_id, measured, self.metrics(result.case.benchmark)) \
+            if measured.samples else []
         if rows:
             self._parts += 1
             _write_parquet(self.path / PARTS / f"{self._parts:06d}.parquet", _tidy(pd.DataFrame(rows)))
@@ -119,6 +121,14 @@ class RunWriter:
         else:
             cases[at] = entry
         self._save_meta()
+
+    def metrics(self, benchmark: str) -> dict[str, dict[str, str]]:
+        """The family's declared metrics, from the self-description the run records."""
+        try:
+            return self.meta["families"][benchmark]["metrics"]
+        except KeyError:
+            raise ResultsError(f"run.json describes no family {benchmark!r}: record the family's "
+                               f"description (benchmarks.base.describe) before its cases") from None
 
     def note(self, key: str, value: Any) -> None:
         self.meta[key] = value

@@ -9,13 +9,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from cxlbench import __version__
-from cxlbench.benchmarks import UnknownBenchmark, family
-from cxlbench.benchmarks.base import Env, Planned
+from cxlbench.benchmarks import family
+from cxlbench.benchmarks.base import Env, Planned, describe
 from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, SKIPPED, CaseResult
 from cxlbench.results.store import RunWriter
 from cxlbench.runner import ecc, processes
 from cxlbench.runner.progress import Progress
-from cxlbench.runner.suite import SuiteError, benchmark_specs, load_suite, with_find_max
+from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_max
 from cxlbench.runner.worker import run_case
 from cxlbench.topology import classify_tiers, initiators, read_machine
 
@@ -48,15 +48,12 @@ def build_env(root: str, declarations: list[str], suite: dict | None = None) -> 
 
 
 def plan_suite(suite: dict, env: Env) -> list[Planned]:
+    """Every table of the suite checked against its family's Spec, then planned."""
     planned: list[Planned] = []
-    for spec in benchmark_specs(suite):
-        try:
-            module = family(spec["name"])
-        except UnknownBenchmark as e:
-            raise SuiteError(f"{suite['path']}: {e}") from None
-        processes = 1 if getattr(module, "ONE_PROCESS", False) else int(spec.get("processes", 1))
+    for ref, module, spec in families(suite):
+        processes = 1 if getattr(module, "ONE_PROCESS", False) else spec.processes
         for p in module.plan(spec, env):
-            p.processes = max(1, processes)
+            p.processes, p.family, p.spec = max(1, processes), ref, spec
             planned.append(p)
     seen: set[str] = set()
     for p in planned:
@@ -107,12 +104,14 @@ def run(config: RunConfig) -> RunOutcome:
     _native_built()
     env, planned = prepare(config)
     suite = env.suite
+    families = {p.case.benchmark: describe(family(p.family)) for p in planned}
     writer = RunWriter(config.out, env.machine.hostname, {
         "label": config.label, "machine_name": env.machine.hostname, "hostname": socket.gethostname(),
         "command": config.command, "suite": {k: v for k, v in suite.items() if k != "benchmark"} |
         {"benchmark": suite["benchmark"]}, "versions": versions(),
         "machine": asdict(env.machine), "environment": asdict(env.machine.environment),
         "tiers": [asdict(t) for t in env.tiers.values()], "warnings": [],
+        "families": families,
     })
     ecc_before = ecc.start(config.root)             # EDAC / CXL health counts around the run
     results = _run_planned(planned, env, writer)
@@ -161,7 +160,8 @@ def _one(p: Planned, env: Env, budget_left: float | None, piece: processes.Slice
         return CaseResult(p.case, SKIPPED, f"time budget of {env.suite['time_budget_s']:g} s: "
                                            f"~{estimate:.3g} s estimated, {max(budget_left, 0):.3g} s left")
     timeout = max(env.suite.get("case_timeout_s", 600), 10 * estimate)
-    result = run_case(replace(p.case, repetitions=piece.count, first_repetition=piece.first), env, timeout)
+    result = run_case(replace(p.case, repetitions=piece.count, first_repetition=piece.first),
+                      p.family, replace(env, spec=p.spec), timeout)
     result.case = p.case
     if result.status == FAILED:
         result.reason = result.reason or "failed without a reason"

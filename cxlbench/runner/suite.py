@@ -2,19 +2,19 @@
 from __future__ import annotations
 
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any
 
+from types import ModuleType
+
+from cxlbench.benchmarks import UnknownBenchmark, family
+from cxlbench.benchmarks.spec import SUITE_ONLY, Spec, SpecError, coerce, parse
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 
-DEFAULTS = {
-    "repetitions": 5,        # independent trials per case (fresh buffer each)
-    "processes": 1,          # workers the repetitions are spread over, in passes
-    "warmup": 1,
-    "time_budget_s": 0,      # 0: no budget
-    "case_timeout_s": 600,
-    "min_sample_s": 0.2,     # each timed native run lasts at least this long
-}
+#: What a suite's top level may set for all its tables (spec.Spec's common keys),
+#: with their defaults.
+DEFAULTS = {k: v for k, v in Spec(name="").settings().items() if k not in ("name", "tiers", "initiators")}
 
 
 class SuiteError(Exception):
@@ -41,10 +41,26 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
     if not isinstance(benchmarks, list) or not benchmarks:
         raise SuiteError(f"{path}: a suite needs at least one [[benchmark]] table")
     for i, b in enumerate(benchmarks):
-        if "name" not in b:
+        if not isinstance(b.get("name"), str):
             raise SuiteError(f"{path}: [[benchmark]] number {i + 1} has no name")
+    _check_top_level(data, path)
     suite = {**DEFAULTS, **data, "name": data.get("name", path.stem), "path": str(path)}
     return suite
+
+
+def _check_top_level(data: dict[str, Any], path: Path) -> None:
+    """The suite's own keys: its name, a description, and the settings every table shares."""
+    hints = typing.get_type_hints(Spec)
+    for key, value in data.items():
+        if key in SUITE_ONLY:
+            continue
+        if key not in DEFAULTS:
+            raise SuiteError(f"{path}: unknown top-level key {key!r}; known: "
+                             f"{', '.join(sorted([*DEFAULTS, 'name', 'description', 'benchmark']))}")
+        try:
+            coerce(value, hints[key])
+        except (TypeError, ValueError) as e:
+            raise SuiteError(f"{path}: {key} = {value!r}: {e}") from None
 
 
 def with_find_max(suite: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +79,25 @@ def with_find_max(suite: dict[str, Any]) -> dict[str, Any]:
     return {**suite, "benchmark": benchmarks}
 
 
-def benchmark_specs(suite: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each [[benchmark]] table with the suite-level defaults it did not override."""
+def benchmark_tables(suite: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Each [[benchmark]] table with the suite-level settings it did not override,
+    and where it is (for messages): "suites/quick.toml, [[benchmark]] 2 (bandwidth)"."""
     shared = {k: suite[k] for k in DEFAULTS}
-    return [{**shared, **b} for b in suite["benchmark"]]
+    return [(f"{suite['path']}, [[benchmark]] {i + 1} ({b['name']})", {**shared, **b})
+            for i, b in enumerate(suite["benchmark"])]
+
+
+def families(suite: dict[str, Any]) -> list[tuple[str, ModuleType, Spec]]:
+    """Each table's family (how it was named, the module) and its settings, checked
+    against the family's Spec: an unknown family or key, a wrong type or unit is a
+    SuiteError naming the suite file, the table and the key."""
+    out = []
+    for where, table in benchmark_tables(suite):
+        try:
+            module = family(table["name"])
+            out.append((table["name"], module, parse(module.Spec, table, where)))
+        except UnknownBenchmark as e:
+            raise SuiteError(f"{where}: {e}") from None
+        except SpecError as e:
+            raise SuiteError(str(e)) from None
+    return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cxlbench.benchmarks import family
-from cxlbench.benchmarks.base import Env, Skip
+from cxlbench.benchmarks.base import Env, Skip, check_metrics
 from cxlbench.results.schema import FAILED, OK, SKIPPED, Case, CaseResult, Sample
 
 # spawn: each worker is a fresh interpreter, a direct child of the runner (so it
@@ -39,14 +39,14 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _child(case: Case, env: Env, conn) -> None:
+def _child(case: Case, ref: str, env: Env, conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the runner decides about Ctrl-C
     _die_with_parent()
     try:
-        module = family(case.benchmark)
+        module = family(ref)
         info: dict[str, Any] = {}
-        samples = module.measure(case, env, info) if _takes_info(module) else module.measure(case, env)
-        conn.send(Outcome(OK, samples=list(samples), info=info))
+        samples = check_metrics(list(module.measure(case, env, info)), module)
+        conn.send(Outcome(OK, samples=samples, info=info))
     except Skip as e:
         conn.send(Outcome(SKIPPED, reason=str(e)))
     except BaseException as e:                   # anything else is this case's failure
@@ -57,17 +57,12 @@ def _child(case: Case, env: Env, conn) -> None:
         conn.close()
 
 
-def _takes_info(module) -> bool:
-    """Families may accept a third argument to report placement checks and warnings."""
-    import inspect
-    return len(inspect.signature(module.measure).parameters) >= 3
-
-
-def run_case(case: Case, env: Env, timeout_s: float) -> CaseResult:
-    """Measure a case in a fresh worker; never raises for what the case does."""
+def run_case(case: Case, ref: str, env: Env, timeout_s: float) -> CaseResult:
+    """Measure a case in a fresh worker, with the family found by `ref` (its registry
+    key or module path); never raises for what the case does."""
     start = time.monotonic()
     recv, send = _CTX.Pipe(duplex=False)
-    proc = _CTX.Process(target=_child, args=(case, env, send), daemon=True)
+    proc = _CTX.Process(target=_child, args=(case, ref, env, send), daemon=True)
     proc.start()
     send.close()
     try:

@@ -2,20 +2,32 @@
 import os
 import signal
 import time
+from dataclasses import dataclass
 
-from cxlbench.benchmarks.base import Planned, Skip
-from cxlbench.results.schema import Case, Sample
+from cxlbench.benchmarks.base import Planned, Show, Skip, metrics
+from cxlbench.benchmarks.spec import Spec as BaseSpec
+from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "fakes.family"
+METRICS = metrics(Metric("latency_ns", "ns", "lower"))
+SHOW = Show("Fake", "A family whose cases do what their mode says.")
+
+
+@dataclass(kw_only=True)
+class Spec(BaseSpec):
+    modes: tuple[str, ...] = ("ok",)
+    value: float = 1.0
+    repetitions: int = 3
+    scratch: str = ""               # where second_crashes leaves its mark
 
 
 def plan(spec, env):
-    return [Planned(Case(NAME, "cpu:node0", "ddr0", "ddr", {"mode": m, "i": i, "value": spec.get("value", 1.0)},
-                         spec.get("repetitions", 3), 0), estimate_s=0.1)
-            for i, m in enumerate(spec["modes"])]
+    return [Planned(Case(NAME, "cpu:node0", "ddr0", "ddr", {"mode": m, "i": i, "value": spec.value},
+                         spec.repetitions, 0), estimate_s=0.1)
+            for i, m in enumerate(spec.modes)]
 
 
-def measure(case, env):
+def measure(case, env, info):
     mode = case.params["mode"]
     if mode == "crash":
         os.kill(os.getpid(), signal.SIGKILL)       # what the OOM killer does
@@ -27,13 +39,15 @@ def measure(case, env):
         raise Skip("needs a CXL node")
     if mode == "hang":
         time.sleep(60)
+    if mode == "undeclared":                       # a metric the family never declared
+        return [Sample("furlongs", 1.0, 0)]
     if mode == "stamp":                            # which process, and when
         stamp = {"pid": os.getpid(), "t_ns": time.monotonic_ns()}
         return [Sample("latency_ns", 1.0 + r, r, {**stamp, "seed": case.seed(r)})
                 for r in range(case.repetitions)]
 
     if mode == "second_crashes":                   # the first process leaves a mark
-        mark = os.path.join(env.suite["scratch"], f"mark-{case.params['i']}")
+        mark = os.path.join(env.spec.scratch, f"mark-{case.params['i']}")
         if os.path.exists(mark):
             os.kill(os.getpid(), signal.SIGKILL)
         open(mark, "w").close()
