@@ -1,15 +1,23 @@
 """The GPU layer's pure parts, on numpy: chase chains, result checks, kernel
-signatures (and the CUDA source compiled by NVRTC where the library is found),
+signatures, the CUDA source compiled by NVRTC for sm_90 and sm_100 with ptxas's
+register and spill figures checked (NVRTC is a test dependency on x86-64 Linux),
 telemetry readings and their summary."""
 import ctypes
 import ctypes.util
+import dataclasses
+import functools
+import glob
+import os
+import platform
 import re
+import sys
 
 import numpy as np
 import pytest
 
 from cxlbench.gpu import chase, check, kernels, telemetry
 from cxlbench.gpu.errors import WrongResult
+from cxlbench.gpu.timing import SHAPES
 
 
 # ---- chase chains ---------------------------------------------------------------------
@@ -140,46 +148,169 @@ def test_kernel_arguments_are_converted_to_exact_types_and_counted():
     assert kernels.named("cb_copy", (1, 2, 3)) == {"dst": 1, "src": 2, "n": 3}
 
 
-def _nvrtc():
+# ---- the kernels compiled as a GPU would compile them (NVRTC) -------------------------------
+
+#: where the test extra installs NVRTC (pyproject.toml): there a missing library is a
+#: broken install and fails; elsewhere the compile tests skip with the reason.
+NVRTC_INSTALLED_BY_TEST_EXTRA = sys.platform == "linux" and platform.machine() == "x86_64"
+#: the real architectures every kernel is compiled for: H100/H200 and B200/GB200
+ARCHES = ("sm_90", "sm_100")
+#: registers one block may use on sm_90 and sm_100 (64K 32-bit registers)
+BLOCK_REGISTERS = 65536
+
+
+def _nvrtc_in_wheels() -> list[str]:
+    """libnvrtc from the pip wheels (nvidia/cu13/lib for 13, nvidia/cuda_nvrtc/lib for 12),
+    the newest major first."""
+    try:
+        import nvidia
+    except ImportError:
+        return []
+    found = []
+    for root in list(nvidia.__path__):
+        for path in glob.glob(os.path.join(root, "*", "lib", "libnvrtc.so.*")):
+            m = re.search(r"libnvrtc\.so\.(\d+)$", path)
+            if m:
+                found.append((int(m.group(1)), path))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def _load_nvrtc():
+    """libnvrtc: the wheel's (what the test extra installs) before the system's. It opens
+    its builtins library by name when it compiles, and the wheel sets no rpath that
+    would find the copy beside it: loaded first, that copy is the one the name finds."""
+    for path in _nvrtc_in_wheels():
+        try:
+            for builtins in glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.*")):
+                ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+            return ctypes.CDLL(path)
+        except OSError:
+            pass
     for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", ctypes.util.find_library("nvrtc")):
         if name:
             try:
                 return ctypes.CDLL(name)
             except OSError:
                 pass
-    try:                    # the pip wheels' copies: nvidia/cuda_nvrtc/lib (12), nvidia/cu13/lib (13)
-        import glob
-        import os
-
-        import nvidia
-        for root in list(nvidia.__path__):
-            for path in sorted(glob.glob(os.path.join(root, "*", "lib", "libnvrtc.so*")), reverse=True):
-                try:
-                    return ctypes.CDLL(path)
-                except OSError:
-                    pass
-    except ImportError:
-        pass
     return None
 
 
-def test_the_cuda_source_compiles_with_nvrtc():
-    lib = _nvrtc()
+@pytest.fixture(scope="module")
+def nvrtc():
+    lib = _load_nvrtc()
     if lib is None:
-        pytest.skip("NVRTC not found (pip install nvidia-cuda-nvrtc-cu12 to compile the kernels here)")
-    prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), kernels.SOURCE.encode(), b"cb.cu", 0, None, None) == 0
-    opts = (ctypes.c_char_p * 1)(b"--gpu-architecture=compute_90")
-    rc = lib.nvrtcCompileProgram(prog, 1, opts)
-    size = ctypes.c_size_t()
-    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetProgramLog(prog, log)
-    assert rc == 0, log.value.decode()
-    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
-    ptx = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetPTX(prog, ptx)
-    text = ptx.value.decode()
+        if NVRTC_INSTALLED_BY_TEST_EXTRA:
+            pytest.fail("NVRTC not found, though the test extra installs it on x86-64 Linux: "
+                        "pip install -e '.[test]' (nvidia-cuda-nvrtc)")
+        pytest.skip(f"NVRTC not found, and the test extra installs it only on x86-64 Linux "
+                    f"(this is {sys.platform} {platform.machine()})")
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    return _Nvrtc(lib, f"{major.value}.{minor.value}")
+
+
+@dataclasses.dataclass(eq=False)            # hashed by identity: _figures_for caches on it
+class _Nvrtc:
+    lib: ctypes.CDLL
+    version: str
+
+
+def _compile(nvrtc, *options: str) -> tuple[int, str, bytes, bytes]:
+    """kernels.SOURCE through NVRTC: (its result code, its log, the PTX, the cubin; a
+    cubin only for a real architecture, sm_NN)."""
+    lib, prog = nvrtc.lib, ctypes.c_void_p()
+    rc = lib.nvrtcCreateProgram(ctypes.byref(prog), kernels.SOURCE.encode(), b"cb.cu", 0, None, None)
+    assert rc == 0, f"nvrtcCreateProgram: {rc}"
+    try:
+        rc = lib.nvrtcCompileProgram(prog, len(options),
+                                     (ctypes.c_char_p * len(options))(*(o.encode() for o in options)))
+        log = _read(lib.nvrtcGetProgramLogSize, lib.nvrtcGetProgramLog, prog).rstrip(b"\0").decode()
+        ptx = _read(lib.nvrtcGetPTXSize, lib.nvrtcGetPTX, prog) if rc == 0 else b""
+        cubin = _read(lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN, prog) if rc == 0 else b""
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return rc, log, ptx, cubin
+
+
+def _read(get_size, get, prog) -> bytes:
+    size = ctypes.c_size_t(0)
+    if get_size(prog, ctypes.byref(size)) != 0 or size.value == 0:
+        return b""
+    buf = ctypes.create_string_buffer(size.value)
+    assert get(prog, buf) == 0
+    return buf.raw
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(\w+)'")
+_FIGURES = {"registers": r"Used (\d+) registers", "stack_bytes": r"(\d+) bytes stack frame",
+            "spill_store_bytes": r"(\d+) bytes spill stores", "spill_load_bytes": r"(\d+) bytes spill loads",
+            "lmem_bytes": r"(\d+) bytes lmem"}
+
+
+def _ptxas_figures(log: str) -> dict[tuple[str, str], dict[str, int | None]]:
+    """ptxas's verbose report (--ptxas-options=-v) per (kernel, arch): registers, stack
+    frame, spill stores and loads, local memory (printed by older ptxas only: 0 when
+    absent). Any other figure ptxas did not print is None, which no check accepts."""
+    out = {}
+    for block in re.split(r"(?=ptxas info\s*: Compiling entry function)", log):
+        entry = _ENTRY.search(block)
+        if entry is None:
+            continue
+        figures = {}
+        for key, pattern in _FIGURES.items():
+            m = re.search(pattern, block)
+            figures[key] = int(m.group(1)) if m else (0 if key == "lmem_bytes" else None)
+        out[entry.groups()] = figures
+    return out
+
+
+def _table(figures: dict) -> str:
+    return "\n".join(f"  {name}: {f['registers']} registers, {f['spill_store_bytes']} B spill stores, "
+                     f"{f['spill_load_bytes']} B spill loads, {f['stack_bytes']} B stack frame, "
+                     f"{f['lmem_bytes']} B lmem" for name, f in sorted(figures.items()))
+
+
+@functools.cache
+def _figures_for(nvrtc, arch: str) -> dict[str, dict[str, int]]:
+    """Every kernel compiled to a cubin for `arch` (once a session), and ptxas's figures
+    for each; fails on a compile error and on a kernel missing from the cubin or report."""
+    rc, log, _, cubin = _compile(nvrtc, f"--gpu-architecture={arch}", "--ptxas-options=-v")
+    assert rc == 0, f"NVRTC {nvrtc.version} could not compile the kernels for {arch} (result {rc}):\n{log}"
+    assert cubin[:4] == b"\x7fELF", f"NVRTC {nvrtc.version} made no cubin for {arch}"
+    figures = {name: f for (name, a), f in _ptxas_figures(log).items() if a == arch}
+    for name in kernels.SIGNATURES:
+        assert f".text.{name}\0".encode() in cubin, f"{name} has no code in the {arch} cubin"
+        assert name in figures and None not in figures[name].values(), \
+            f"ptxas reported no full figures for {name} on {arch}:\n{log}"
+    return figures
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_every_kernel_compiles_for_sm90_and_sm100_without_spills(nvrtc, arch):
+    figures = _figures_for(nvrtc, arch)
+    local = [name for name, f in sorted(figures.items())
+             if f["spill_store_bytes"] or f["spill_load_bytes"] or f["stack_bytes"] or f["lmem_bytes"]]
+    assert not local, (f"{arch} (NVRTC {nvrtc.version}): kernels that spill to or use local memory: "
+                       f"{', '.join(local)}\n{_table(figures)}")
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_every_kernel_has_the_registers_for_its_largest_launch_block(nvrtc, arch):
+    """A block whose threads need more than the SM's 64K registers does not launch at all
+    (too many resources requested): the streaming kernels are launched with up to the
+    largest block of timing.SHAPES, the single-thread ones with one thread."""
+    figures = _figures_for(nvrtc, arch)
+    largest = max(shape.block for shape in SHAPES)
+    over = [name for name, f in sorted(figures.items())
+            if f["registers"] * (1 if name in kernels.SINGLE_THREAD else largest) > BLOCK_REGISTERS]
+    assert not over, (f"{arch} (NVRTC {nvrtc.version}): kernels that need more than {BLOCK_REGISTERS} "
+                      f"registers for a block of {largest} threads: {', '.join(over)}\n{_table(figures)}")
+
+
+def test_the_ptx_holds_every_kernel_with_its_uncached_loads_and_timers(nvrtc):
+    rc, log, ptx, _ = _compile(nvrtc, "--gpu-architecture=compute_90")
+    assert rc == 0, log
+    text = ptx.rstrip(b"\0").decode()
     for name in kernels.SIGNATURES:
         assert f".entry {name}(" in text
     assert "ld.global.cv.u64" in text and "%globaltimer" in text and "%clock64" in text
