@@ -1,7 +1,12 @@
-"""Sizes as people write them ("64KiB", "1GiB", "2M") and back; counts as they read them."""
+"""Sizes as people write them ("64KiB", "1GiB", "2M") and back; counts, numbers,
+parameters and CPU lists as people read them; the order tiers are shown in. One
+home for each, so the summary, the report and the topology print them alike."""
 from __future__ import annotations
 
+import math
+import numbers
 import re
+from typing import Any, Iterable
 
 _BINARY = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20,
            "g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
@@ -36,3 +41,62 @@ def format_count(n: float, sep: str = "") -> str:
         if abs(n) >= scale:
             return f"{n / scale:.3g}{sep}{unit}"
     return f"{n:g}"
+
+
+def format_number(x: float | None, sig: int = 3) -> str:
+    """Sensible significant figures: 1.23, 12.3, 123, 1,234, 12,345; "—" for none."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    ax = abs(x)
+    if ax >= 1000:
+        return f"{x:,.0f}"
+    if ax == 0:
+        return "0"
+    digits = max(sig - 1 - int(math.floor(math.log10(ax))), 0)
+    return f"{x:.{digits}f}"
+
+
+def format_param(name: str, value: Any) -> str:
+    """A parameter's value as a table or a label shows it: sizes of *_bytes columns as
+    1GiB, parameter counts as 16.8M, whole floats as ints, "—" for none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if name.endswith("_bytes") and isinstance(value, numbers.Integral):
+        return format_size(int(value))
+    if name == "n_params" and isinstance(value, numbers.Integral):
+        return format_count(value)
+    if isinstance(value, float):
+        return format_number(value)
+    return str(value)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """CPUs as the kernel lists them: [0, 1, 2, 5] -> "0-2,5" (parse_cpulist's inverse)."""
+    ranges: list[str] = []
+    ordered = sorted({int(c) for c in cpus})
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        ranges.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(ranges)
+
+
+def natural_key(name: Any) -> tuple:
+    """Sorts ddr2 before ddr10 and node9 before node10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(name)))
+
+
+#: Tier kinds in a reader's order: nearest the GPU first, storage last.
+TIER_KINDS = ("hbm", "ddr", "cxl", "nvme")
+
+
+def tier_order(name: str) -> tuple:
+    """Tiers (ddr0, cxl2, hbm0, ddr0+cxl2 ...) by kind in TIER_KINDS order, then naturally."""
+    kind = re.match(r"[a-z]+", str(name))
+    rank = TIER_KINDS.index(kind.group(0)) if kind and kind.group(0) in TIER_KINDS else len(TIER_KINDS)
+    return (rank, natural_key(name))

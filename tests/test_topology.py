@@ -12,7 +12,8 @@ from cxlbench.topology import (block_device_for, classify_tiers, format_topology
                                machine_to_dict, read_machine, read_nodes)
 from cxlbench.topology.gpu import normal_bus_id, read_gpus
 from cxlbench.topology.storage import disk_for_devnum, read_block_devices
-from cxlbench.topology.sysfs import format_cpulist, parse_cpulist, parse_size, selected
+from cxlbench.topology.sysfs import parse_cpulist, parse_size, selected
+from cxlbench.units import format_cpulist
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TWO_SOCKET = str(FIXTURES / "two_socket_cxl")

@@ -23,7 +23,7 @@ from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discoun
 from cxlbench.analysis.summary import axis_columns, point_id, points, repetitions
 from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, load_thresholds
 from cxlbench.results.store import Run, load_run
-from cxlbench.units import format_size
+from cxlbench.units import format_number, format_size, natural_key
 
 #: Parameters left out of matching: places on one machine (a scratch directory) and
 #: how much work a case did (sized from each machine's caches), not what was measured.
@@ -66,10 +66,6 @@ def run_info(run: Run, index: int = 0) -> RunInfo:
                    meta.get("ended"), machine_mod.profile(meta))
 
 
-def _natural(name: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(name)))
-
-
 def slots(meta: dict[str, Any]) -> dict[str, str]:
     """Tier and initiator names → kind[ordinal] (ddr0 → ddr[0], cxl3 → cxl[0], cpu:node1 → cpu[1])."""
     out: dict[str, str] = {}
@@ -81,7 +77,7 @@ def slots(meta: dict[str, Any]) -> dict[str, str]:
         if tgt and not any(tgt in v for v in kinds.values()):
             kinds.setdefault(str(kind or re.sub(r"\d+$", "", tgt)), []).append(tgt)
     for kind, names in kinds.items():
-        for i, name in enumerate(sorted(set(names), key=_natural)):
+        for i, name in enumerate(sorted(set(names), key=natural_key)):
             out[name] = f"{kind}[{i}]"
     inits: dict[str, set[str]] = {}
     for c in meta.get("cases", []) or []:
@@ -89,7 +85,7 @@ def slots(meta: dict[str, Any]) -> dict[str, str]:
         if ini:
             inits.setdefault(ini.split(":", 1)[0], set()).add(ini)
     for kind, names in inits.items():
-        for i, name in enumerate(sorted(names, key=_natural)):
+        for i, name in enumerate(sorted(names, key=natural_key)):
             out.setdefault(name, f"{kind}[{i}]")
     return out
 
@@ -342,17 +338,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
 
 # ------------------------------------------------------------------ terminal text
 
-def fmt_num(x: float, sig: int = 3) -> str:
-    """Sensible significant figures: 1.23, 12.3, 123, 1,234, 12,345."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "—"
-    ax = abs(x)
-    if ax >= 1000:
-        return f"{x:,.0f}"
-    if ax == 0:
-        return "0"
-    digits = max(sig - 1 - int(math.floor(math.log10(ax))), 0)
-    return f"{x:.{digits}f}"
+fmt_num = format_number
 
 
 def fmt_change(ratio: float) -> str:

@@ -13,9 +13,10 @@ MemTotal by a few hundred MiB between boots) and shown rounded.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from cxlbench.units import natural_key
 
 GiB = 2**30
 CAPACITY_TOLERANCE = 0.10   # relative; capacities closer than this are the same
@@ -57,10 +58,6 @@ def gib(n: Any) -> float | None:
     return float(f"{n / GiB:.3g}")
 
 
-def _natural(name: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(name)))
-
-
 def machine_record(meta: dict[str, Any]) -> dict[str, Any]:
     m = meta.get("machine")
     return m if isinstance(m, dict) else {}
@@ -94,7 +91,7 @@ def profile(meta: dict[str, Any]) -> Profile:
     nodes = m.get("nodes") or {}
     node_list = sorted(nodes.values(), key=lambda n: n.get("id", 0)) if isinstance(nodes, dict) else []
     gpus = sorted(m.get("gpus") or [], key=lambda g: g.get("index", 0))
-    tier_list = sorted(tiers(meta), key=lambda t: (str(t.get("kind")), _natural(t.get("name", ""))))
+    tier_list = sorted(tiers(meta), key=lambda t: (str(t.get("kind")), natural_key(t.get("name", ""))))
 
     identity = {
         "cpu_model": cpu.get("model"),

@@ -19,9 +19,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import array_bytes
+from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "bandwidth"
@@ -44,8 +44,8 @@ SHOW = Show(
 
 
 @dataclass(kw_only=True)
-class Spec(s.Spec):
-    array_bytes: s.Size | Literal["auto"] = "auto"    # each array's; auto: 4x the caches (STREAM)
+class Spec(BaseSpec):
+    array_bytes: Size | Literal["auto"] = "auto"    # each array's; auto: 4x the caches (STREAM)
     threads: tuple[int, ...] | Literal["auto"] = "auto"   # auto: 1, 2, 4 ... every CPU of the node
     kernel: tuple[Kernel, ...] = tuple(KERNELS)
     page: tuple[Literal["4k", "thp"], ...] = ("4k",)

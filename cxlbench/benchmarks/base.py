@@ -44,7 +44,10 @@ class Headline:
                         (the idle latency of a sweep: the far end of its curve)
       "each"            every case, one line each
     `label` is formatted with the chosen case's parameters ({threads}, {page};
-    sizes as 1GiB); `column` names its column in the report's tier table."""
+    sizes as 1GiB); `column` names its column in the report's tier table. The
+    spread shown beside the median is over repetitions, or over the case's samples
+    with spread = "samples" (the steady steps of one training run); `trend` names a
+    metric shown from the case's first sample to its last (the loss)."""
     label: str
     metric: str
     column: str = ""
@@ -54,18 +57,23 @@ class Headline:
     scale: float = 1.0                # value shown = value x scale, in `unit`
     unit: str = ""                    # default: the metric's own
     digits: int = 2
+    count: bool = False               # shown as 16.8M
+    spread: str = "repetitions"
+    trend: str = ""
 
 
 @dataclass(frozen=True)
 class Show:
     """How a family is shown. `x`: the parameter its charts put on the x axis
     (None: the first numeric parameter that varies); `facets`: parameters that
-    split its charts (one chart per value) before series are drawn."""
+    split its charts (one chart per value) before series are drawn; `pair`: two
+    metrics measured at the same points, drawn one against the other instead."""
     title: str
     description: str
     x: str | None = None
     facets: tuple[str, ...] = ()
     headlines: tuple[Headline, ...] = ()
+    pair: tuple[str, str] | None = None   # (x metric, y metric) measured at the same points
 
 
 def metrics(*declared: Metric) -> dict[str, Metric]:
@@ -76,7 +84,7 @@ def describe(module: ModuleType) -> dict[str, Any]:
     """The family's self-description as run.json records it."""
     show: Show = module.SHOW
     return {"name": module.NAME, "title": show.title, "description": show.description,
-            "x": show.x, "facets": list(show.facets),
+            "x": show.x, "facets": list(show.facets), "pair": list(show.pair) if show.pair else None,
             "headlines": [asdict(h) for h in show.headlines],
             "metrics": {m.name: {"unit": m.unit, "better": m.better} for m in module.METRICS.values()},
             "one_process": bool(getattr(module, "ONE_PROCESS", False))}

@@ -37,11 +37,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, metrics, sweep
 from cxlbench.benchmarks.gpu_common import (
     GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip, host_tiers,
     open_session, planned, rotation)
+from cxlbench.benchmarks.spec import Size
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_bandwidth"
@@ -79,7 +79,7 @@ SHOW = Show("GPU bandwidth", "HBM kernels and copies, host<->device copies over 
 class Spec(GpuSpec):
     op: tuple[Literal[tuple(OPS)], ...] = ("read", "write", "copy", "triad")
     impl: tuple[Literal[IMPLS], ...] = ("cuda",)
-    size: tuple[s.Size, ...] = DEFAULT_SIZES
+    size: tuple[Size, ...] = DEFAULT_SIZES
     cache: tuple[Literal["cold", "warm"], ...] = ("cold",)
     host_memory: tuple[Literal["pinned", "pageable"], ...] = ("pinned",)
     page: tuple[Literal["4k", "thp"], ...] = ("4k",)

@@ -12,8 +12,8 @@ import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Planned, Skip
+from cxlbench.benchmarks.spec import Spec as BaseSpec
 from cxlbench.gpu.errors import NO_GPU, Unavailable
 from cxlbench.results.schema import Case
 from cxlbench.topology.model import Initiator, Tier
@@ -24,7 +24,7 @@ HOST_KINDS = ("ddr", "cxl")
 
 
 @dataclass(kw_only=True)
-class GpuSpec(s.Spec):
+class GpuSpec(BaseSpec):
     """What every GPU family's table may set. tiers: hbm (the GPU's own memory), host
     tier kinds or names, and "local" (the DDR of the GPU's own node)."""
     tiers: tuple[str, ...] = ("hbm", *HOST_KINDS)

@@ -26,12 +26,12 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, metrics, sweep
 from cxlbench.benchmarks.gpu_common import (
     HOST_KINDS, GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip,
     host_tiers, open_session, planned, to_host, wants_hbm)
 from cxlbench.benchmarks.sizes import Page
+from cxlbench.benchmarks.spec import Size
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_latency"
@@ -54,8 +54,8 @@ SHOW = Show("GPU latency", "A GPU's dependent loads over its own memory (HBM) an
 
 @dataclass(kw_only=True)
 class Spec(GpuSpec):
-    working_set: tuple[s.Size, ...] = DEFAULT_SIZES
-    stride: tuple[s.Size, ...] = (64,)
+    working_set: tuple[Size, ...] = DEFAULT_SIZES
+    stride: tuple[Size, ...] = (64,)
     pattern: tuple[Literal["random", "sequential"], ...] = ("random",)
     page: tuple[Page, ...] = ("4k",)          # host tiers' pages
 

@@ -26,10 +26,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Planned, Show, metrics
 from cxlbench.benchmarks.gpu_common import (
     GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, local_host_tier, open_session, planned)
+from cxlbench.benchmarks.spec import Size
 from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Tier
 
@@ -47,8 +47,8 @@ SHOW = Show("GPU storage", "Reading a file on the NVMe tier into GPU memory: thr
 class Spec(GpuSpec):
     tiers: tuple[str, ...] = ("nvme",)
     path: tuple[Literal[PATHS], ...] = PATHS
-    file: s.Size = 1 << 30
-    chunk: tuple[s.Size, ...] = (4 << 20,)     # the bounce path's
+    file: Size = 1 << 30
+    chunk: tuple[Size, ...] = (4 << 20,)     # the bounce path's
 
 
 def plan(spec: Spec, env: Env) -> list[Planned]:

@@ -33,11 +33,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Planned, Show, metrics, sweep
 from cxlbench.benchmarks.gpu_common import (
     HOST_KINDS, GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip,
     host_tiers, open_session, planned, wants_hbm)
+from cxlbench.benchmarks.spec import Size
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_write_penalty"
@@ -63,7 +63,7 @@ SHOW = Show("GPU write penalty", "A GPU's full and partial-sector stores against
 class Spec(GpuSpec):
     op: tuple[Literal[tuple(OPS)], ...] = tuple(OPS)
     write_bytes: tuple[Literal[4, 8, 16, 32], ...] = PARTIAL_BYTES     # the partial op's
-    size: tuple[s.Size, ...] = (1 << 30,)
+    size: tuple[Size, ...] = (1 << 30,)
     page: Literal["4k", "thp"] = "4k"          # host tiers' pages
     iterations: int = 10
 

@@ -31,11 +31,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Planned, Show, metrics, sweep
 from cxlbench.benchmarks.gpu_common import (
     GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, host_memory_skip, host_tiers, local_host_tier,
     open_session, planned)
+from cxlbench.benchmarks.spec import Size
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_zerocopy"
@@ -52,7 +52,7 @@ SHOW = Show("GPU zero-copy vs copy vs managed", "Time for a GPU to use host data
 @dataclass(kw_only=True)
 class Spec(GpuSpec):
     strategy: tuple[Literal[STRATEGIES], ...] = STRATEGIES
-    data: tuple[s.Size, ...] = DEFAULT_SIZES
+    data: tuple[Size, ...] = DEFAULT_SIZES
     max_uses: int = 8
     page: Literal["4k", "thp"] = "4k"
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from cxlbench.benchmarks import loaded_latency
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.bandwidth import KERNELS, Kernel, thread_counts, time_kernel
 from cxlbench.benchmarks.base import Env, Planned, Show, Skip, metrics, sweep
 from cxlbench.benchmarks.sizes import array_bytes
+from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Initiator, Tier
 
@@ -37,11 +37,11 @@ SHOW = Show("Interleave", "DDR and CXL memory interleaved at weights from 100:0 
 
 
 @dataclass(kw_only=True)
-class Spec(s.Spec):
+class Spec(BaseSpec):
     with_: tuple[str, ...] = field(default=("cxl",), metadata={"key": "with"})   # far tier kinds
     ddr_weight: tuple[int, ...] = DEFAULT_WEIGHTS
     probe: tuple[Literal["bandwidth", "loaded_latency"], ...] = ("bandwidth", "loaded_latency")
-    array_bytes: s.Size | Literal["auto"] = "auto"
+    array_bytes: Size | Literal["auto"] = "auto"
     page: Literal["4k", "thp"] = "4k"
     method: Literal["auto", "weighted", "ranges"] = "auto"
     # probe = bandwidth

@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, cpu_held, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, resolve_sizes
+from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "latency"
@@ -35,10 +35,10 @@ SHOW = Show(
 
 
 @dataclass(kw_only=True)
-class Spec(s.Spec):
-    working_set: tuple[s.Size, ...] | Literal["auto"] = "auto"   # auto: a sweep around the caches
-    min_working_set: s.Size = 16 << 10
-    max_working_set: s.Size = 1 << 30
+class Spec(BaseSpec):
+    working_set: tuple[Size, ...] | Literal["auto"] = "auto"   # auto: a sweep around the caches
+    min_working_set: Size = 16 << 10
+    max_working_set: Size = 1 << 30
     page: tuple[Page, ...] = ("4k",)
     pattern: tuple[Literal["random", "window"], ...] = ("random",)
     chains: tuple[int, ...] = (1,)     # independent chases at once: memory-level parallelism

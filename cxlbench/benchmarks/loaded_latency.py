@@ -21,22 +21,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Planned, Show, as_list, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes
+from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "loaded_latency"
 METRICS = metrics(Metric("latency_ns", "ns", "lower"), Metric("bandwidth_GBps", "GB/s", "higher"))
 SHOW = Show("Loaded latency", "Pointer-chase latency while load threads stream to the same tier at "
             "decreasing injection delays: latency against the bandwidth achieved.",
-            facets=("mix",))
+            facets=("mix",), pair=("bandwidth_GBps", "latency_ns"))
 
 
 @dataclass(kw_only=True)
-class Spec(s.Spec):
-    working_set: s.Size | Literal["auto"] = "auto"     # the chase's; auto: 4x the caches
-    load_bytes: s.Size | Literal["auto"] = "auto"      # each load thread's
+class Spec(BaseSpec):
+    working_set: Size | Literal["auto"] = "auto"     # the chase's; auto: 4x the caches
+    load_bytes: Size | Literal["auto"] = "auto"      # each load thread's
     load_threads: tuple[int, ...] | Literal["auto"] = "auto"   # auto: every CPU but the chase's
     delays: tuple[int, ...] | str = "mlc"              # "mlc", "idle", or the delays
     page: tuple[Page, ...] = ("4k",)
@@ -145,7 +145,7 @@ def cannot(params: dict, initiator, tier, env: Env) -> str | None:
     return None
 
 
-def estimate(params: dict, spec: s.Spec) -> float:
+def estimate(params: dict, spec: BaseSpec) -> float:
     """Seconds: per repetition, every point (idle + delays) for about min_sample_s
     plus the warm-up (up to LIMIT times that on a busy machine); building the chain
     and faulting the buffers in (~0.2 µs per line, ~1 GB/s)."""

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cxlbench.benchmarks import bandwidth, latency
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes, latency_sweep
 from cxlbench.benchmarks.write_penalty import Threads, thread_list
+from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "page_size"
@@ -37,16 +37,16 @@ SHOW = Show("Page size and TLB", "Chase latency with each page size over the wor
 
 
 @dataclass(kw_only=True)
-class Spec(s.Spec):
+class Spec(BaseSpec):
     probe: tuple[Literal["latency", "bandwidth"], ...] = ("latency", "bandwidth")
     page: tuple[Page, ...] = PAGES
-    working_set: tuple[s.Size, ...] | Literal["auto"] = "auto"
-    min_working_set: s.Size = 16 << 10
-    max_working_set: s.Size | Literal["auto"] = "auto"   # auto: half the free memory, <= 8 GiB
+    working_set: tuple[Size, ...] | Literal["auto"] = "auto"
+    min_working_set: Size = 16 << 10
+    max_working_set: Size | Literal["auto"] = "auto"   # auto: half the free memory, <= 8 GiB
     pattern: tuple[Literal["random", "window"], ...] = ("random", "window")
     # probe = bandwidth (the read kernel)
     threads: Threads = (1,)
-    array_bytes: s.Size | Literal["auto"] = "auto"
+    array_bytes: Size | Literal["auto"] = "auto"
     iterations: int = 10
 
 

@@ -23,8 +23,6 @@ from cxlbench.units import parse_size
 
 #: Bytes, written as a number or a size such as "64KiB" or "1GiB".
 Size = Annotated[int, "size"]
-#: A duration in seconds, or a count of bytes, may equally be written as an int.
-Number = Union[int, float]
 
 
 class SpecError(ValueError):

@@ -38,8 +38,8 @@ import resource
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, place
+from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "storage"
@@ -65,15 +65,15 @@ SHOW = Show(
 
 
 @dataclass(kw_only=True)
-class Spec(s.Spec):
+class Spec(BaseSpec):
     tiers: tuple[str, ...] = ("nvme",)
     rw: tuple[Literal["randread", "randwrite", "read", "write", "mmap-chase"], ...] = (*IO_RW,)
-    block: tuple[s.Size, ...] | None = None       # default: 4 KiB random, 128 KiB-4 MiB sequential
+    block: tuple[Size, ...] | None = None       # default: 4 KiB random, 128 KiB-4 MiB sequential
     qd: tuple[int, ...] = (1,)
     engine: tuple[Literal["auto", "psync", "libaio"], ...] = ("auto",)   # auto: psync at QD1
     buffer_page: tuple[Literal["4k", "thp"], ...] = ("4k",)
-    file_size: s.Size = 1 << 30
-    chase_file_size: s.Size = 256 << 20
+    file_size: Size = 1 << 30
+    chase_file_size: Size = 256 << 20
     runtime_s: float = 0.5
     host_node: int | Literal["local"] = "local"    # the node of the I/O buffers
     allow_buffered: bool = False                   # where O_DIRECT does not work: label, don't refuse

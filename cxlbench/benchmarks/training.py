@@ -28,8 +28,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, sweep
+from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Initiator, Tier
 
@@ -67,17 +67,19 @@ SHOW = Show(
     x="n_params", facets=("mode",),
     headlines=(
         Headline("training {config}, engine {engine} ({compute})", "tokens_per_s", column="tokens/s",
-                 where={"mode": "train"}, pick="each", digits=0),
-        Headline("largest config that fits, {engine} ({compute})", "max_params", column="largest config",
-                 where={"mode": "find_max"}, pick="each", digits=0),
-        Headline("AdamW, state here ({impl}, {threads} threads)", "params_per_s", column="AdamW",
-                 where={"mode": "optimizer"}, pick="best", scale=1e-6, unit="M params/s", digits=0)))
+                 where={"mode": "train"}, pick="each", digits=0, spread="samples", trend="loss"),
+        Headline("largest config that fits, {engine} ({compute}): {max_config}", "max_params",
+                 column="largest config", where={"mode": "find_max"}, pick="each", count=True),
+        # the state on the tier (for NVMe: in files, with the I/O), not the in-memory reference
+        Headline("AdamW, state on this tier ({impl}, {threads} threads)", "params_per_s", column="AdamW",
+                 where={"mode": "optimizer", "io": [None, "nvme"]}, pick="best",
+                 scale=1e-6, unit="M params/s", digits=0)))
 
 Compute = Literal["auto", "gpu", "cpu"]
 
 
 @dataclass(kw_only=True)
-class Spec(s.Spec):
+class Spec(BaseSpec):
     mode: Literal["train", "optimizer", "find_max"] = "train"
     tiers: tuple[str, ...] = ("ddr", "cxl", "nvme")      # optimizer mode: the state's tiers
     # train and find_max
@@ -95,8 +97,8 @@ class Spec(s.Spec):
     activations_on: tuple[str, ...] = ("device",)
     activation_checkpointing: tuple[bool, ...] = (False,)
     # optimizer mode
-    n_params: s.Size = 16 << 20
-    nvme_params: s.Size = 4 << 20
+    n_params: Size = 16 << 20
+    nvme_params: Size = 4 << 20
     impls: tuple[str, ...] = ("fused", "foreach", "forloop", "native", "deepspeed")
     threads: tuple[int | Literal["all"], ...] = ("all",)   # all: every CPU of the initiator
 

@@ -32,10 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks import spec as s
 from cxlbench.benchmarks.bandwidth import thread_counts
-from cxlbench.benchmarks.base import Env, Headline, Planned, Show, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import array_bytes
+from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "write_penalty"
@@ -65,13 +65,13 @@ Threads = tuple[int | Literal["all"], ...] | Literal["auto"]
 
 
 @dataclass(kw_only=True)
-class Spec(s.Spec):
+class Spec(BaseSpec):
     op: tuple[Literal["read", "3:1", "2:1", "1:1", "write", "rmw", "partial"], ...] = tuple(OPS)
     store: tuple[Literal["regular", "nt"], ...] = STORES
     partial_bytes: tuple[int, ...] = (8,)        # bytes a partial write stores per line
     threads: Threads = (1,)
     page: tuple[Literal["4k", "thp"], ...] = ("4k",)
-    array_bytes: s.Size | Literal["auto"] = "auto"
+    array_bytes: Size | Literal["auto"] = "auto"
     iterations: int = 10
 
 

@@ -63,7 +63,7 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
     except ValueError as e:           # a tier declaration the machine cannot honour
         raise UserError(str(e)) from None
     run_ = load_run(outcome.path)
-    print(tier_summary(run_.samples))
+    print(tier_summary(run_.samples, run_.meta))
     cases = run_.cases()
     for status in ("skipped", "failed"):
         n = int((cases.status == status).sum())

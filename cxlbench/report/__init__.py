@@ -21,12 +21,13 @@ import pandas as pd
 from cxlbench import __version__
 from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt_change, fmt_ci_change,
                                        fmt_pct)
+from cxlbench import units
+from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.summary import points, repetitions
 from cxlbench.report import build
 from cxlbench.results.store import Run, atomic_write, safe_name
 
 TEMPLATES = Path(__file__).with_name("templates")
-_KIND_ORDER = {"hbm": 0, "ddr": 1, "cxl": 2, "nvme": 3}
 DEFAULT_DIR = Path("reports")
 
 
@@ -49,21 +50,20 @@ def run_context(run: Run) -> dict[str, Any]:
     meta = run.meta
     reps = repetitions(run.samples)
     pts = points(reps)
-    tier_order = [t["name"] for t in build.machine_mod.tiers(meta)]
+    tiers = [t["name"] for t in build.machine_mod.tiers(meta)]
     if not pts.empty:
-        tier_order += sorted(set(pts["target"]) - set(tier_order))
-    maker = build.ChartMaker("r", sorted(tier_order, key=lambda n: (_KIND_ORDER.get(
-        "".join(ch for ch in n if ch.isalpha()), 9), n)))
+        tiers += sorted(set(pts["target"]) - set(tiers))
+    maker = build.ChartMaker("r", sorted(tiers, key=units.tier_order))
     marks = build.caches(meta)
     families = []
     if not pts.empty:
-        for bench in build.family_order(pts["benchmark"]):
+        for bench in build.family_order(pts["benchmark"], [meta]):
             fam = pts[pts["benchmark"] == bench]
-            name, desc = build.FAMILIES.get(bench, (bench, "Every point of this benchmark, by metric."))
+            show = build.look([meta], bench)
             allowed = build.requested_params([meta], bench, pts.attrs.get("axes", []))
-            families.append({"id": "family-" + build.slug(bench), "name": name, "benchmark": bench,
-                             "description": desc,
-                             "charts": build.family_charts(fam, bench, marks, maker, allowed=allowed),
+            families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,
+                             "description": show["description"],
+                             "charts": build.family_charts(fam, show, marks, maker, allowed=allowed),
                              "tables": build.points_tables(fam, allowed)})
     status = str(meta.get("status", "unknown"))
     label = meta.get("label")
@@ -78,7 +78,7 @@ def run_context(run: Run) -> dict[str, Any]:
         "partial": status != "complete",
         "suite": build.provenance(meta, len(run.samples))["suite"],
         "toc": toc, "machine": build.machine_section(meta),
-        "summary": build.tier_summary(pts, reps, meta),
+        "summary": build.tier_summary(pts, reps, meta, figures(run.samples, meta, pts)),
         "families": families, "not_measured": build.not_measured(meta),
         "provenance": build.provenance(meta, len(run.samples)),
         "data": build.data_link(run.samples, reps, pts, safe_name(str(meta.get("run_id")))),
@@ -97,15 +97,16 @@ def comparison_context(cmp: Comparison, runs: Sequence[Run]) -> dict[str, Any]:
     marks = build.caches(runs[0].meta) if runs else []
     families = []
     if not pts.empty:
-        for bench in build.family_order(pts["benchmark"]):
+        metas = [r.meta for r in runs]
+        for bench in build.family_order(pts["benchmark"], metas):
             fam = pts[pts["benchmark"] == bench]
-            name, desc = build.FAMILIES.get(bench, (bench, ""))
+            show = build.look(metas, bench)
             rows = cmp.rows[cmp.rows["benchmark"] == bench]
-            families.append({"id": "family-" + build.slug(bench), "name": name, "benchmark": bench,
+            families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,
                              "description": "One line per run; one chart per tier (matched by kind and "
-                                            "ordinal). " + desc,
+                                            "ordinal). " + show["description"],
                              "charts": build.family_charts(
-                                 fam, bench, marks, maker, color_by="run", facet_by=["target_slot"],
+                                 fam, show, marks, maker, color_by="run", facet_by=["target_slot"],
                                  names=names, allowed=build.requested_params(
                                      [r.meta for r in runs], bench, pts.attrs.get("axes", []))),
                              "tables": _comparison_tables(rows, cmp)})

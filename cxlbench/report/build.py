@@ -16,29 +16,14 @@ import pandas as pd
 
 from cxlbench.analysis import machine as machine_mod
 from cxlbench.analysis.compare import fmt_num, params_text
+from cxlbench.analysis.headlines import Figure
 from cxlbench.analysis.stats import ratio_ci
 from cxlbench.report.plots import MARKERS, PALETTE, STYLES, Chart, Series, render
-from cxlbench.units import format_count, format_size
+from cxlbench.units import format_count, format_cpulist, format_param, format_size, tier_order
 
-#: Families in the order a reader expects them; others follow alphabetically.
-FAMILIES = {
-    "latency": ("Latency", "Pointer-chase latency in ns per dependent load over the working set "
-                "(log₂ axis); dashed lines mark the cache sizes the machine reports. One line per "
-                "tier × page size; the band is the 95% interval of the median over repetitions."),
-    "bandwidth": ("Bandwidth", "Streaming kernels over threads, one chart per kernel. GB/s = 10⁹ bytes "
-                  "per second, counting the bytes each kernel really moves."),
-    "loaded_latency": ("Loaded latency", "Pointer-chase latency while load threads stream to the same "
-                       "tier at decreasing injection delays: latency against the bandwidth achieved."),
-    "page_size": ("Page size and TLB", "Chase latency with each page size over the working set; the "
-                  "knees are where the TLB's reach ends."),
-    "write_penalty": ("Write penalty", "Read, write and partial-line write bandwidth per tier."),
-    "zerocopy": ("Zero-copy vs copy vs migrate", "Time to use far data K times: in place, copied to "
-                 "the local tier first, or migrated first."),
-    "storage": ("Storage", "O_DIRECT I/O on the NVMe tier: latency, IOPS over queue depth, bandwidth "
-                "over block size."),
-    "training": ("Training", "Tokens per second with model state on each tier, and where the step "
-                 "time goes."),
-}
+#: For a run that records no description of a family (made before families
+#: described themselves) or whose declared axis did not vary: the x axis and the
+#: facets a reader would choose, in order of preference.
 X_PREFERENCE = ["working_set_bytes", "threads", "delay_cycles", "delay", "queue_depth", "iodepth",
                 "block_bytes", "reuse", "uses", "k", "chains", "size_bytes", "buffer_bytes", "bytes",
                 "weight", "batch", "seq_len"]
@@ -66,36 +51,13 @@ def size(x: Any) -> str:
         return "—"
 
 
-def cpulist(cpus: Iterable[int]) -> str:
-    cpus = sorted(int(c) for c in cpus)
-    out, i = [], 0
-    while i < len(cpus):
-        j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
-            j += 1
-        out.append(str(cpus[i]) if i == j else f"{cpus[i]}–{cpus[j]}")
-        i = j + 1
-    return ",".join(out) or "none"
-
-
 def param_header(name: str) -> str:
     return {"working_set_bytes": "working set", "page_bytes": "page found", "block_bytes": "block",
             "delay_cycles": "delay (cycles)", "threads": "threads", "queue_depth": "queue depth"}.get(
         name, name[:-6].replace("_", " ") if name.endswith("_bytes") else name.replace("_", " "))
 
 
-def param_value(name: str, v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if name.endswith("_bytes") and isinstance(v, (int, np.integer)):
-        return format_size(int(v))
-    if name == "n_params" and isinstance(v, (int, np.integer)):
-        return format_count(v)                      # 16777216 -> 16.8M, as the axes say
-    if isinstance(v, float):
-        return fmt_num(v)
-    return str(v)
+param_value = format_param
 
 
 def cell(median: float | None, lo: float | None = None, hi: float | None = None,
@@ -196,7 +158,7 @@ def machine_section(meta: dict) -> dict[str, Any]:
     for i in ids:
         n = nodes[i]
         dist = n.get("distances") or {}
-        node_rows.append({"id": i, "cpus": cpulist(n.get("cpus") or []),
+        node_rows.append({"id": i, "cpus": format_cpulist(n.get("cpus") or []) or "none",
                           "memory": size(n.get("mem_total_bytes")), "free": size(n.get("mem_free_bytes")),
                           "distances": [str(dist.get(str(j), dist.get(j, "—"))) for j in ids]})
     gpus = [{"index": g.get("index"), "name": g.get("name"), "memory": size(g.get("memory_bytes")),
@@ -230,67 +192,47 @@ def _pick(frame: pd.DataFrame) -> pd.Series | None:
     return None if frame.empty else frame.iloc[0]
 
 
-def tier_summary(pts: pd.DataFrame, reps: pd.DataFrame, meta: dict) -> list[dict[str, Any]]:
-    """Per tier: idle latency at the largest working set, peak read and triad
-    bandwidth, loaded latency at 80% of the peak load, write penalty — each with
-    its interval, each only when the run has the benchmark that measures it."""
+#: Figures derived across metrics, after the families' headline columns.
+DERIVED = [("loaded latency @80%", "ns"), ("write penalty", "×")]
+
+
+def tier_summary(pts: pd.DataFrame, reps: pd.DataFrame, meta: dict,
+                 figs: list[Figure]) -> dict[str, Any]:
+    """Per tier, one column per headline the run's families declared (the first
+    figure of a column when a headline gives several, e.g. one per page size), then
+    the loaded latency at 80% of the peak load and the write penalty — each with its
+    interval, each only when the run has the benchmark that measures it."""
+    columns = list(dict.fromkeys((f.column, f.unit) for f in figs))
     names = [t["name"] for t in machine_mod.tiers(meta)]
     if not pts.empty:
         names += [t for t in pts["target"].unique() if t not in names]
     kinds = {t["name"]: t.get("kind") for t in machine_mod.tiers(meta)}
     caps = {t["name"]: t.get("capacity_bytes") for t in machine_mod.tiers(meta)}
     rows = []
-    for name in names:
+    for name in sorted(names, key=tier_order):
         tp = pts[pts["target"] == name] if not pts.empty else pts
+        mine = {}
+        for f in figs:
+            if f.tier == name:
+                mine.setdefault((f.column, f.unit), f)
+        cells = [_figure_cell(mine.get(c)) for c in columns]
+        cells += [_loaded_latency(tp), _write_penalty(tp, reps)]
         rows.append({"name": name, "kind": kinds.get(name) or (tp["tier_kind"].iloc[0] if len(tp) else "—"),
-                     "capacity": size(caps.get(name)),
-                     "idle": _idle_latency(tp), "read": _peak_bw(tp, "read"), "triad": _peak_bw(tp, "triad"),
-                     "loaded": _loaded_latency(tp), "penalty": _write_penalty(tp, reps)})
-    return [r for r in rows if any(r[k] for k in ("idle", "read", "triad", "loaded", "penalty"))
-            or r["kind"] in ("ddr", "cxl", "hbm")]
+                     "capacity": size(caps.get(name)), "cells": cells})
+    rows = [r for r in rows if any(r["cells"]) or r["kind"] in ("ddr", "cxl", "hbm")]
+    return {"columns": [{"title": t, "unit": u} for t, u in columns + DERIVED], "rows": rows}
+
+
+def _figure_cell(f: Figure | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    if f.count:
+        return {"value": format_count(f.median), "ci": "", "note": f.label}
+    return cell(f.median, f.lo, f.hi, f.label)
 
 
 def _col(frame: pd.DataFrame, name: str) -> pd.Series:
     return frame[name] if name in frame.columns else pd.Series([np.nan] * len(frame), index=frame.index)
-
-
-def _idle_latency(tp: pd.DataFrame) -> dict | None:
-    lat = tp[(tp["benchmark"] == "latency") & (tp["metric"] == "latency_ns")]
-    lat = lat[_col(lat, "working_set_bytes").notna()]
-    if lat.empty:
-        return None
-    best = None
-    for _, grp in lat.groupby("initiator"):
-        g = grp[grp["working_set_bytes"] == grp["working_set_bytes"].max()]
-        if "page" in g.columns and (g["page"].astype(str).str.lower() == "4k").any():
-            g = g[g["page"].astype(str).str.lower() == "4k"]
-        pages = _col(g, "page_bytes")
-        if pages.notna().any():
-            g = g[pages == pages.min()]
-        if "pattern" in g.columns and (g["pattern"] == "random").any():
-            g = g[g["pattern"] == "random"]
-        for par in ("chains", "mlp", "parallel"):
-            if par in g.columns and g[par].notna().any():
-                g = g[g[par] == g[par].min()]
-        row = g.sort_values("median", ascending=False).iloc[0]
-        if best is None or row["median"] < best["median"]:
-            best = row
-    note = f"{size(best['working_set_bytes'])}"
-    if "page_bytes" in best and pd.notna(best.get("page_bytes")):
-        note += f" · {size(best['page_bytes'])} pages"
-    return cell(best["median"], best["lo"], best["hi"], note)
-
-
-def _peak_bw(tp: pd.DataFrame, kernel: str) -> dict | None:
-    bw = tp[(tp["benchmark"] == "bandwidth") & (tp["metric"] == "bandwidth_GBps")]
-    if "kernel" not in bw.columns:
-        return None
-    bw = bw[bw["kernel"].astype(str).str.lower() == kernel]
-    if bw.empty:
-        return None
-    row = bw.sort_values("median", ascending=False).iloc[0]
-    note = f"{int(row['threads'])} threads" if "threads" in row and pd.notna(row.get("threads")) else ""
-    return cell(row["median"], row["lo"], row["hi"], note)
 
 
 def _loaded_latency(tp: pd.DataFrame) -> dict | None:
@@ -398,31 +340,45 @@ class ChartMaker:
         return render(chart, f"{self.prefix}{self.count}")
 
 
-def family_charts(fam: pd.DataFrame, benchmark: str, meta_caches: list[tuple[float, str]],
+def look(metas: Iterable[dict], benchmark: str) -> dict[str, Any]:
+    """How a family is shown, as the first run that describes it recorded it (its
+    title, description, x axis, facets, a metric pair); a family no run describes
+    is shown by its name, with the axes a reader would choose."""
+    for meta in metas:
+        described = (meta.get("families") or {}).get(benchmark)
+        if described and described.get("title"):
+            return {"x": None, "facets": [], "pair": None, **described}
+    return {"title": benchmark, "description": "Every point of this benchmark, by metric.",
+            "x": None, "facets": [], "pair": None}
+
+
+def family_charts(fam: pd.DataFrame, show: dict[str, Any], meta_caches: list[tuple[float, str]],
                   maker: ChartMaker, color_by: str = "target", facet_by: Iterable[str] = (),
                   names: dict | None = None, allowed: Iterable[str] | None = None) -> list[dict[str, str]]:
-    """Charts for one benchmark family's points (several runs when color_by='run');
-    `allowed`: the parameters the cases asked for (see requested_params)."""
+    """Charts for one benchmark family's points (several runs when color_by='run'),
+    as `show` (see look) says; `allowed`: the parameters the cases asked for (see
+    requested_params)."""
     names = names or {}
     allowed = list(allowed) if allowed is not None else None
     out: list[dict[str, str]] = []
     metrics = list(dict.fromkeys(fam["metric"]))
-    if "latency_ns" in metrics and "bandwidth_GBps" in metrics and "loaded" in benchmark:
-        out += _paired_charts(fam, maker, color_by, facet_by, names, allowed)
+    if show.get("pair") and set(show["pair"]) <= set(metrics):
+        out += _paired_charts(fam, show, maker, color_by, facet_by, names, allowed)
         metrics = []
     for metric in metrics:
         mp = fam[fam["metric"] == metric]
         unit = str(mp["unit"].iloc[0])
         params = _varying(mp, _params(mp, allowed))
         numeric = [c for c in params if _is_numeric(mp[c])]
-        x = next((c for c in X_PREFERENCE if c in numeric), numeric[0] if numeric else None)
+        x = next((c for c in [show.get("x")] + X_PREFERENCE if c in numeric), numeric[0] if numeric else None)
         page = "page" if "page" in params else ("page_bytes" if "page_bytes" in params else None)
         if x is None:
             if 0 < len(mp) <= 40:
-                out.append(_bar_chart(mp, benchmark, metric, unit, params, maker, color_by, names))
+                out.append(_bar_chart(mp, show["title"], metric, unit, params, maker, color_by, names))
             continue
         rest = [c for c in params if c != x]
-        facets = list(facet_by) + [c for c in FACET_PREFERENCE if c in rest]
+        facets = list(facet_by) + list(dict.fromkeys(c for c in [*show.get("facets", []), *FACET_PREFERENCE]
+                                                     if c in rest))
         series_params = [c for c in rest if c not in facets]
         if mp["initiator"].nunique() > 1 and color_by == "target":
             series_params = ["initiator"] + series_params
@@ -473,7 +429,7 @@ def family_charts(fam: pd.DataFrame, benchmark: str, meta_caches: list[tuple[flo
             xs = [v for s in series for v in s.x]
             ys = [v for s in series for v in s.y if v > 0]
             several = len(set(fam["metric"])) > 1
-            chart = Chart(title=" · ".join(t for t in [FAMILIES.get(benchmark, (benchmark,))[0],
+            chart = Chart(title=" · ".join(t for t in [show["title"],
                                                         metric_title(metric) if several else "",
                                                         facet_text] if t),
                           xlabel=param_header(x) + (" (log₂)" if is_bytes or _wide(xs) else ""),
@@ -489,18 +445,10 @@ def family_charts(fam: pd.DataFrame, benchmark: str, meta_caches: list[tuple[flo
     return [{"svg": maker.svg(c["chart"], wide), "title": c["title"], "wide": wide} for c in out]
 
 
-_KIND_RANK = {"hbm": 0, "ddr": 1, "cxl": 2, "nvme": 3}
-
-
 def _facet_rank(key) -> tuple:
     """Facets in a reader's order: tiers by kind (hbm, ddr, cxl, nvme), then by value."""
     key = key if isinstance(key, tuple) else (key,)
-    out = []
-    for v in key:
-        text = str(v)
-        kind = re.match(r"[a-z]+", text)
-        out.append((_KIND_RANK.get(kind.group(0), 9) if kind else 9, text))
-    return tuple(out)
+    return tuple(tier_order(str(v)) for v in key)
 
 
 def _page_order(v: str) -> tuple:
@@ -523,9 +471,12 @@ def metric_title(metric: str) -> str:
             "tflops": "TFLOP/s", "mfu": "MFU"}.get(metric, metric.replace("_", " "))
 
 
-def _paired_charts(fam, maker, color_by, facet_by, names, allowed=None) -> list[dict[str, str]]:
-    lat = fam[fam["metric"] == "latency_ns"]
-    bw = fam[fam["metric"] == "bandwidth_GBps"]
+def _paired_charts(fam, show, maker, color_by, facet_by, names, allowed=None) -> list[dict[str, str]]:
+    """One metric against another measured at the same points (latency against the
+    bandwidth achieved)."""
+    x_metric, y_metric = show["pair"]
+    lat = fam[fam["metric"] == y_metric]
+    bw = fam[fam["metric"] == x_metric]
     keys = ["point"] + (["run"] if "run" in fam.columns else [])
     pair = lat.merge(bw[keys + ["median"]], on=keys, suffixes=("", "_bw"))
     if pair.empty:
@@ -547,13 +498,16 @@ def _paired_charts(fam, maker, color_by, facet_by, names, allowed=None) -> list[
                                  sp["lo"].tolist(), sp["hi"].tolist(),
                                  maker.color(str(skey[0]) + "|" + "|".join(map(str, skey[1:]))),
                                  "-", MARKERS[len(series) % len(MARKERS)]))
-        title = "Loaded latency · latency vs bandwidth" + (" · " + " · ".join(map(str, fkey)) if fkey else "")
-        out.append({"chart": Chart(title, "bandwidth achieved (GB/s)", "latency (ns)", series,
-                                   y_from_zero=True), "title": title})
+        title = (f"{show['title']} · {metric_title(y_metric)} vs {metric_title(x_metric)}"
+                 + (" · " + " · ".join(map(str, fkey)) if fkey else ""))
+        x_unit, y_unit = (str(fam.loc[fam["metric"] == m, "unit"].iloc[0]) for m in (x_metric, y_metric))
+        out.append({"chart": Chart(title, f"{metric_title(x_metric)} achieved ({x_unit})",
+                                   f"{metric_title(y_metric)} ({y_unit})", series, y_from_zero=True),
+                    "title": title})
     return out
 
 
-def _bar_chart(mp, benchmark, metric, unit, params, maker, color_by, names) -> dict[str, str]:
+def _bar_chart(mp, family_title, metric, unit, params, maker, color_by, names) -> dict[str, str]:
     mp = mp.sort_values([color_by] + params)
     labels = []
     colors = []
@@ -562,7 +516,7 @@ def _bar_chart(mp, benchmark, metric, unit, params, maker, color_by, names) -> d
         labels.append(" · ".join([who] + [f"{param_header(p)} {param_value(p, r[p])}" for p in params]))
         colors.append(maker.color(str(r[color_by]) + "|"))
     s = Series("", labels, mp["median"].tolist(), mp["lo"].tolist(), mp["hi"].tolist(), "|".join(colors))
-    title = f"{FAMILIES.get(benchmark, (benchmark,))[0]} · {metric_title(metric)}"
+    title = f"{family_title} · {metric_title(metric)}"
     return {"chart": Chart(title, f"{metric_title(metric)} ({unit})", "", [s], bars=True), "title": title}
 
 
@@ -596,9 +550,11 @@ def points_tables(fam: pd.DataFrame, allowed: Iterable[str] | None = None) -> li
     return tables
 
 
-def family_order(benchmarks: Iterable[str]) -> list[str]:
+def family_order(benchmarks: Iterable[str], metas: Iterable[dict] = ()) -> list[str]:
+    """The families measured, in the order the runs planned them; others alphabetically."""
     b = list(dict.fromkeys(benchmarks))
-    return [f for f in FAMILIES if f in b] + sorted(x for x in b if x not in FAMILIES)
+    planned = list(dict.fromkeys(f for meta in metas for f in meta.get("families") or {}))
+    return [f for f in planned if f in b] + sorted(x for x in b if x not in planned)
 
 
 def slug(text: str) -> str:

@@ -83,20 +83,6 @@ def parse_cpulist(text: str | None) -> list[int]:
     return cpus
 
 
-def format_cpulist(cpus: list[int]) -> str:
-    """The inverse of parse_cpulist, for display: [0, 1, 2, 5] -> "0-2,5"."""
-    ranges: list[str] = []
-    ordered = sorted(set(cpus))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        ranges.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(ranges)
-
-
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 

@@ -12,7 +12,7 @@ import shutil
 
 from .model import Machine, Node, Tier, TierDeclaration, Initiator
 from .storage import block_device_for
-from .sysfs import format_cpulist
+from cxlbench.units import format_cpulist
 
 HOST_KINDS = ("ddr", "cxl")
 DECLARABLE = HOST_KINDS + ("nvme",)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .model import Cache, Machine, Node, Tier
-from .sysfs import format_cpulist
+from cxlbench.units import format_cpulist
 
 
 def human(n: int | None) -> str:

@@ -1,0 +1,145 @@
+"""A run's headline figures: per tier, what each family declared matters most.
+
+The families' declarations (benchmarks.base.Headline) are read from the run's own
+record (run.json "families"), never from the code that measured it, so the
+terminal summary and the report's tier table show the same figures, and an old
+run shows what its families declared when it was made. Figures are summarised
+per repetition first (analysis.summary), as everything else is.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cxlbench.analysis.summary import points, repetitions
+from cxlbench.units import format_count, format_param, tier_order
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One headline figure of one tier, scaled to its headline's unit."""
+    tier: str
+    family: str
+    label: str                 # the headline's label with the chosen case's parameters
+    column: str                # its column in the report's tier table
+    median: float
+    lo: float                  # the median's confidence interval
+    hi: float
+    low: float                 # the spread: min and max over repetitions (or samples)
+    high: float
+    unit: str
+    digits: int
+    count: bool                # shown as 16.8M rather than 16777216
+    case_id: str
+    note: str = ""             # a trend beside it (the loss from first to last step)
+
+    def text(self) -> str:
+        """"123.4 ns [120.1-130.2]" (median [min-max])."""
+        if self.count:
+            return f"{format_count(self.median, ' ')} {self.unit}".rstrip() + self.note
+        f = f"{{:.{self.digits}f}}"
+        return (f"{f.format(self.median)} {self.unit} [{f.format(self.low)}-{f.format(self.high)}]"
+                + self.note)
+
+
+def figures(samples: pd.DataFrame, meta: dict[str, Any], pts: pd.DataFrame | None = None) -> list[Figure]:
+    """Every headline figure of a run, tier by tier in the reader's order, and within
+    a tier in the order the families and their headlines were declared; `pts`: the
+    run's points, when the caller has them already."""
+    families = meta.get("families") or {}
+    if samples.empty or not families:
+        return []
+    pts = points(repetitions(samples)) if pts is None else pts
+    out = [f for name, fam in families.items() for h in fam.get("headlines") or []
+           for f in _headline(pts, samples, name, h)]
+    rank = {t: i for i, t in enumerate(sorted({f.tier for f in out}, key=tier_order))}
+    return sorted(out, key=lambda f: rank[f.tier])          # stable: declaration order kept
+
+
+def _headline(pts: pd.DataFrame, samples: pd.DataFrame, family: str, h: dict) -> list[Figure]:
+    rows = pts[(pts["benchmark"] == family) & (pts["metric"] == h["metric"])]
+    rows = rows[_matches(rows, h.get("where") or {})]
+    out = []
+    for _, tier_rows in rows.groupby("target", sort=False):
+        per = [c for c in h.get("per") or () if c in tier_rows.columns]
+        groups = tier_rows.groupby(per, sort=False, dropna=False) if per else [((), tier_rows)]
+        for _, group in groups:
+            out += [_figure(row, samples, family, h) for _, row in _pick(group, h.get("pick", "best"))]
+    return out
+
+
+def _matches(rows: pd.DataFrame, where: dict[str, Any]) -> pd.Series:
+    """Rows whose parameters have the values asked (a list: any of them; None: no
+    value). A parameter the run has no column for constrains nothing."""
+    keep = pd.Series(True, index=rows.index)
+    for key, wanted in where.items():
+        if key not in rows.columns:
+            continue
+        values = wanted if isinstance(wanted, (list, tuple)) else [wanted]
+        col = rows[key]
+        hit = col.isin([v for v in values if v is not None])
+        if any(v is None for v in values):
+            hit |= col.isna()
+        keep &= hit
+    return keep
+
+
+def _pick(group: pd.DataFrame, pick: str) -> list[tuple[Any, pd.Series]]:
+    if group.empty:
+        return []
+    if pick == "each":
+        return list(group.iterrows())
+    if pick.startswith("largest:"):
+        param = pick.split(":", 1)[1]
+        if param in group.columns and group[param].notna().any():
+            group = group[group[param] == group[param].max()]
+        pick = "best"
+    higher = group["better"].iloc[0] == "higher"
+    best = group["median"].idxmax() if higher == (pick == "best") else group["median"].idxmin()
+    return [(best, group.loc[best])]
+
+
+def _figure(row: pd.Series, samples: pd.DataFrame, family: str, h: dict) -> Figure:
+    scale = h.get("scale", 1.0)
+    median, lo, hi, low, high = (row[k] * scale for k in ("median", "lo", "hi", "min", "max"))
+    if h.get("spread") == "samples":          # inner iterations, e.g. the steady steps of one run
+        values = _values(samples, row) * scale
+        if values.size:
+            median, low, high = float(np.median(values)), float(values.min()), float(values.max())
+    note = _trend(samples, row["case_id"], h["trend"]) if h.get("trend") else ""
+    label = re.sub(r"\b1 threads\b", "1 thread", h["label"].format_map(_Params(row)))
+    return Figure(row["target"], family, label, h.get("column") or h["label"],
+                  median, lo, hi, low, high, h.get("unit") or str(row["unit"]), h.get("digits", 2),
+                  bool(h.get("count")), row["case_id"], note)
+
+
+def _values(samples: pd.DataFrame, row: pd.Series) -> np.ndarray:
+    sel = (samples["case_id"] == row["case_id"]) & (samples["metric"] == row["metric"])
+    return samples.loc[sel, "value"].to_numpy(float)
+
+
+def _trend(samples: pd.DataFrame, case_id: str, metric: str) -> str:
+    """", loss 10.41 -> 9.87": the metric from the case's first sample to its last."""
+    sel = samples[(samples["case_id"] == case_id) & (samples["metric"] == metric)]
+    order = [c for c in ("repetition", "iteration") if c in sel.columns]
+    values = sel.sort_values(order)["value"].to_numpy(float) if order else sel["value"].to_numpy(float)
+    return f", {metric} {values[0]:.2f} -> {values[-1]:.2f}" if values.size > 1 else ""
+
+
+class _Params(dict):
+    """A row's parameters for str.format_map, each as a table shows it."""
+
+    def __init__(self, row: pd.Series):
+        super().__init__()
+        self.row = row
+
+    def __missing__(self, key: str) -> str:
+        value = self.row.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "—"
+        return format_param(key, value)
