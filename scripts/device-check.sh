@@ -117,7 +117,7 @@ SUITE_S=$(( $(left) - TRAIN_S - 60 ))        # 60: the last case past the budget
 [ "$BUDGET" -lt 30 ] && BUDGET=30
 say "GPU suite (budget ${BUDGET}s)"
 rm -f "$OUT/run_path"                        # never the table of an earlier run in OUT
-timeout -k 5 $(( BUDGET + 50 )) "$PY" -m cxlbench.gpu.devicecheck "$OUT" --budget "$BUDGET" \
+timeout -k 5 $(( BUDGET + 50 )) "$PY" -m cxlbench.cli.devicecheck "$OUT" --budget "$BUDGET" \
   ${NVME:+--nvme "$NVME"} > "$OUT/suite.txt" 2>&1
 RC=$?
 say "GPU suite: exit $RC ($(grep -c '' "$OUT/suite.txt") lines in suite.txt)"
@@ -140,7 +140,7 @@ else                                  # the suite was stopped: its run keeps wha
   [ -n "$RUN" ] && echo "the suite did not finish (exit $RC); the table of what its run kept:"
 fi
 if [ -n "$RUN" ]; then
-  "$PY" -m cxlbench.gpu.devicecheck --table "$RUN" | tee "$OUT/table.md"
+  "$PY" -m cxlbench.cli.devicecheck --table "$RUN" | tee "$OUT/table.md"
 else
   echo "no run was written; the suite's output ends:"; tail -n 30 "$OUT/suite.txt"
 fi

@@ -170,7 +170,7 @@ def test_managed_strategies_are_skipped_without_concurrent_managed_access(env, f
 def test_zero_copy_crossovers_come_out_of_the_curves(env, fake):
     import pandas as pd
 
-    from cxlbench.gpu.devicecheck import crossovers
+    from cxlbench.cli.devicecheck import crossovers
     rows = []
     for strategy in ("in_place", "memcpy"):
         p = {"strategy": strategy, "data_bytes": 1 << 20, "max_uses": 8, "page": "4k"}
