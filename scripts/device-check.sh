@@ -125,7 +125,7 @@ say "GPU suite: exit $RC ($(grep -c '' "$OUT/suite.txt") lines in suite.txt)"
 # --- 4. the training check ------------------------------------------------------------
 T=$(( $(left) - 5 )); [ "$T" -gt "$TRAIN_S" ] && T=$TRAIN_S; [ "$T" -lt 20 ] && T=20
 say "training check (${T}s)"
-timeout -k 5 "$T" "$PY" -m cxlbench.training.check --configs tiny,1b --optimizer-on ddr,hbm \
+timeout -k 5 "$T" "$PY" -m cxlbench.cli.training_check --configs tiny,1b --optimizer-on ddr,hbm \
   ${NVME:+--nvme "$NVME"} --steps 10 --warmup 2 --budget $(( T - 10 )) > "$OUT/training.md" 2>&1
 say "training check: exit $? (OUT/training.md)"
 grep '^|' "$OUT/training.md" | head -20
