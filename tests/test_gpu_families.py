@@ -1,4 +1,4 @@
-"""The GPU families measured on a fake device (cxlbench.gpu.fake): every code path a
+"""The GPU families measured on a fake device (tests/fakes/gpu.py): every code path a
 GPU run takes, with durations from known rates so the arithmetic is exact — bytes
 counted once or read + write, cycles and ns, seconds over K uses — and a kernel
 that returns a wrong result refused rather than turned into a figure."""
@@ -9,10 +9,11 @@ from cxlbench.benchmarks import (gpu_bandwidth, gpu_latency, gpu_storage, gpu_wr
 from cxlbench.benchmarks.base import Skip
 from cxlbench.gpu import device
 from cxlbench.gpu.errors import WrongResult
-from cxlbench.gpu.fake import FakeDevice
 from cxlbench.results.schema import Case
 from cxlbench.runner.run import build_env
 from cxlbench.topology.model import Gpu, Initiator, Tier
+
+from fakes.gpu import FakeDevice
 
 
 @pytest.fixture()
