@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU device check (issue 7): on a machine with a GPU, torch and cupy, and
+# The GPU device check: on a machine with a GPU, torch and cupy, and
 # nothing else but this repository (it never downloads).
 #
 #   scripts/device-check.sh OUT [NVME_DIR]

@@ -4,7 +4,7 @@
     python -m cxlbench.cli.devicecheck --table RUN_DIR        # the table of a run
 
 OUT receives results/ (the run) and report.html; the table is printed and kept
-as OUT/table.md. Each target of issue 7 is a row with its verdict:
+as OUT/table.md. Each GPU target is a row with its verdict:
 
   HBM copy           our copy kernel >= 95% of torch's device-to-device copy on
                      the same buffers, and of the published figure for the card
