@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU device check (issue 7): on a machine with a GPU, torch and cupy, and
+# The GPU device check: on a machine with a GPU, torch and cupy, and
 # nothing else but this repository (it never downloads).
 #
 #   scripts/device-check.sh OUT [NVME_DIR]
@@ -117,7 +117,7 @@ SUITE_S=$(( $(left) - TRAIN_S - 60 ))        # 60: the last case past the budget
 [ "$BUDGET" -lt 30 ] && BUDGET=30
 say "GPU suite (budget ${BUDGET}s)"
 rm -f "$OUT/run_path"                        # never the table of an earlier run in OUT
-timeout -k 5 $(( BUDGET + 50 )) "$PY" -m cxlbench.gpu.devicecheck "$OUT" --budget "$BUDGET" \
+timeout -k 5 $(( BUDGET + 50 )) "$PY" -m cxlbench.cli.devicecheck "$OUT" --budget "$BUDGET" \
   ${NVME:+--nvme "$NVME"} > "$OUT/suite.txt" 2>&1
 RC=$?
 say "GPU suite: exit $RC ($(grep -c '' "$OUT/suite.txt") lines in suite.txt)"
@@ -125,7 +125,7 @@ say "GPU suite: exit $RC ($(grep -c '' "$OUT/suite.txt") lines in suite.txt)"
 # --- 4. the training check ------------------------------------------------------------
 T=$(( $(left) - 5 )); [ "$T" -gt "$TRAIN_S" ] && T=$TRAIN_S; [ "$T" -lt 20 ] && T=20
 say "training check (${T}s)"
-timeout -k 5 "$T" "$PY" -m cxlbench.training.check --configs tiny,1b --optimizer-on ddr,hbm \
+timeout -k 5 "$T" "$PY" -m cxlbench.cli.training_check --configs tiny,1b --optimizer-on ddr,hbm \
   ${NVME:+--nvme "$NVME"} --steps 10 --warmup 2 --budget $(( T - 10 )) > "$OUT/training.md" 2>&1
 say "training check: exit $? (OUT/training.md)"
 grep '^|' "$OUT/training.md" | head -20
@@ -140,7 +140,7 @@ else                                  # the suite was stopped: its run keeps wha
   [ -n "$RUN" ] && echo "the suite did not finish (exit $RC); the table of what its run kept:"
 fi
 if [ -n "$RUN" ]; then
-  "$PY" -m cxlbench.gpu.devicecheck --table "$RUN" | tee "$OUT/table.md"
+  "$PY" -m cxlbench.cli.devicecheck --table "$RUN" | tee "$OUT/table.md"
 else
   echo "no run was written; the suite's output ends:"; tail -n 30 "$OUT/suite.txt"
 fi

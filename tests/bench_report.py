@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from cxlbench import report
-from cxlbench.analysis import synthetic as syn
 from cxlbench.results.store import load_run
+
+from fakes import synthetic as syn
 
 N_SAMPLES = 1_000_000
 LIMIT_S = 30.0

@@ -5,8 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cxlbench.analysis import synthetic
 from cxlbench.cli.main import main
+
+from fakes import synthetic
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from cxlbench.analysis import calibrate, compare, format_comparison, profile
-from cxlbench.analysis import synthetic as syn
 from cxlbench.analysis.compare import slots
 from cxlbench.analysis.thresholds import load_thresholds
+
+from fakes import synthetic as syn
 
 SMALL = dict(working_sets=[2**k for k in range(14, 31, 4)], threads=(1, 4), loaded=False)
 

@@ -8,8 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from cxlbench.analysis import synthetic as syn
 from cxlbench.export import export_pytest_benchmark, stats
+
+from fakes import synthetic as syn
 
 SMALL = dict(tiers=("ddr0",), working_sets=[2**14, 2**24, 2**30], threads=(1, 2), kernels=("read",),
              pages=("4k",))

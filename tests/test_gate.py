@@ -8,10 +8,11 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from cxlbench.analysis import synthetic as syn
 from cxlbench.analysis.gate import gate
 from cxlbench.analysis.stats import SLOWER, compare_values
 from cxlbench.results.schema import SKIPPED
+
+from fakes import synthetic as syn
 
 REPS = 5          # the suite's default repetition count
 

@@ -62,7 +62,8 @@ def test_every_kernel_compiles_and_loads(dev):
 def test_mapped_host_memory_is_read_and_written_in_place(dev, host):
     import numpy as np
 
-    from cxlbench.gpu.buffers import DeviceBuffer, PinnedHost
+    from cxlbench.gpu.buffers import DeviceBuffer
+    from cxlbench.memory.pinned import PinnedHost
     with PinnedHost(dev, 1 << 20, host.node) as buf, DeviceBuffer(dev, 4096) as out:
         words = buf.array("uint64", 0, 1 << 20)
         words[:] = np.arange(len(words), dtype=np.uint64)

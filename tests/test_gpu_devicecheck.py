@@ -5,13 +5,14 @@ import pytest
 
 from cxlbench.benchmarks import gpu_bandwidth, gpu_latency, gpu_write_penalty, gpu_zerocopy
 from cxlbench.benchmarks.base import describe
-from cxlbench.gpu import devicecheck, device, torchref
-from cxlbench.gpu.fake import FakeDevice
+from cxlbench.cli import devicecheck
+from cxlbench.gpu import device, torchref
 from cxlbench.results.schema import Case, CaseResult
 from cxlbench.results.store import RunWriter
 from cxlbench.runner.run import build_env
 from cxlbench.topology.model import Initiator, Tier
 
+from fakes.gpu import FakeDevice
 from test_gpu_families import FakeTorchCopies, bw
 
 

@@ -1,4 +1,4 @@
-"""The GPU families measured on a fake device (cxlbench.gpu.fake): every code path a
+"""The GPU families measured on a fake device (tests/fakes/gpu.py): every code path a
 GPU run takes, with durations from known rates so the arithmetic is exact — bytes
 counted once or read + write, cycles and ns, seconds over K uses — and a kernel
 that returns a wrong result refused rather than turned into a figure."""
@@ -9,10 +9,11 @@ from cxlbench.benchmarks import (gpu_bandwidth, gpu_latency, gpu_storage, gpu_wr
 from cxlbench.benchmarks.base import Skip
 from cxlbench.gpu import device
 from cxlbench.gpu.errors import WrongResult
-from cxlbench.gpu.fake import FakeDevice
 from cxlbench.results.schema import Case
 from cxlbench.runner.run import build_env
 from cxlbench.topology.model import Gpu, Initiator, Tier
+
+from fakes.gpu import FakeDevice
 
 
 @pytest.fixture()
@@ -170,7 +171,7 @@ def test_managed_strategies_are_skipped_without_concurrent_managed_access(env, f
 def test_zero_copy_crossovers_come_out_of_the_curves(env, fake):
     import pandas as pd
 
-    from cxlbench.gpu.devicecheck import crossovers
+    from cxlbench.cli.devicecheck import crossovers
     rows = []
     for strategy in ("in_place", "memcpy"):
         p = {"strategy": strategy, "data_bytes": 1 << 20, "max_uses": 8, "page": "4k"}

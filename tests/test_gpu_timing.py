@@ -4,8 +4,9 @@ block the host refused or caught by the spin kernel's timeout."""
 import pytest
 
 from cxlbench.gpu import timing
-from cxlbench.gpu.fake import DEVICE_OFFSET, FakeDeadlock, FakeDevice
 from cxlbench.gpu.timing import SHAPES, Shape, Timer, batch_shape, fastest_shape, queued
+
+from fakes.gpu import DEVICE_OFFSET, FakeDeadlock, FakeDevice
 
 
 class Recorder:
@@ -124,7 +125,7 @@ def test_the_fastest_launch_shape_is_found():
 
 
 def test_the_fake_refuses_host_addresses_where_device_ones_belong():
-    from cxlbench.gpu.fake import FakeFault
+    from fakes.gpu import FakeFault
     dev = FakeDevice()
     host = dev.host_alloc_mapped(4096)
     with pytest.raises(FakeFault, match="illegal address"):

@@ -1,4 +1,4 @@
-"""Host suites (issue 3): the line kernels compute what they say, loaded latency
+"""Host suites: the line kernels compute what they say, loaded latency
 runs through its one code path, every family plans the full initiator × target
 matrix on the two-socket CXL fixture and records skip reasons here, the ECC
 snapshot turns a moved count into a run warning.

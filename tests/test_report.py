@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from cxlbench import report
-from cxlbench.analysis import synthetic as syn
 from cxlbench.results.schema import PARTIAL
+
+from fakes import synthetic as syn
 
 try:
     import html5lib

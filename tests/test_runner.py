@@ -59,9 +59,12 @@ def test_time_budget_skips_what_does_not_fit(tmp_path):
     assert "time budget" in outcome.results[0].reason
 
 
-def _cli(*args, **kw):
-    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen([sys.executable, "-m", "cxlbench.cli.main", *args], env=env,
+def _cli(*args, cwd, **kw):
+    """`cxlbench ARGS` in a process of its own, run in `cwd` (a tmp_path: the report it
+    renders by default goes to ./reports) with this tree's cxlbench and the test fakes."""
+    path = os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    return subprocess.Popen([sys.executable, "-m", "cxlbench.cli.main", *args], env=env, cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -79,7 +82,7 @@ def _wait_for_cases(out, n, timeout=30):
 def test_interrupted_run_keeps_what_finished_and_loads_as_partial(tmp_path, sig):
     out = tmp_path / "r"
     proc = _cli("run", "--suite", suite_file(tmp_path, ["ok", "hang", "ok"], repetitions=3),
-                "--out", str(out))
+                "--out", str(out), cwd=tmp_path)
     _wait_for_cases(out, 1)
     time.sleep(0.3)
     proc.send_signal(sig)
@@ -99,8 +102,8 @@ def test_interrupted_run_keeps_what_finished_and_loads_as_partial(tmp_path, sig)
     (["run", "--tier", "cxl=node:99"], "99"),
     (["run", "--out", "/etc/hostname"], "not a results directory"),
 ])
-def test_bad_input_is_one_line_and_exit_2(args, message):
-    proc = _cli(*args)
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    proc = _cli(*args, cwd=tmp_path)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
     assert "Traceback" not in err
@@ -194,7 +197,7 @@ def test_a_budget_spent_between_processes_keeps_what_was_measured_as_ok(tmp_path
 def test_the_budget_flag_overrides_the_suites(tmp_path):
     out = tmp_path / "r"
     proc = _cli("run", "--suite", suite_file(tmp_path, ["ok", "ok"]), "--out", str(out),
-                "--budget", "0.05", "--no-report")
+                "--budget", "0.05", "--no-report", cwd=tmp_path)
     proc.communicate(timeout=60)
     [path] = find_runs(out)
     cases = load_run(path).cases()

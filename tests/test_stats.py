@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cxlbench.analysis import stats, summary
-from cxlbench.analysis import synthetic as syn
+
+from fakes import synthetic as syn
 
 
 def test_order_statistic_ranks():

@@ -1,4 +1,4 @@
-/* What one 64-byte line sees in the host-suite kernels (issue 3): a read, a
+/* What one 64-byte line sees in the host-suite kernels: a read, a
  * full-line store, a partial store of a few bytes, or a read-modify-write;
  * stores regular or non-temporal. Shared by lines.c (timed passes) and
  * loaded.c (load threads), so the loaded-latency load and the write-penalty

@@ -1,5 +1,5 @@
 /* Timed passes of a line op (lineops.h) over a buffer: the write-penalty
- * kernels (issue 3). Read, full-line write, read:write mixes, read-modify-
+ * kernels (host suites). Read, full-line write, read:write mixes, read-modify-
  * write, partial-line writes, regular or non-temporal, by one pinned thread
  * per CPU over contiguous slices; team.c starts the threads and times them. */
 #define _GNU_SOURCE

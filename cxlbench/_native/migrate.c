@@ -1,5 +1,5 @@
 /* Migrating a range's pages to another node with move_pages(2), timed: one of
- * the strategies the zero-copy family compares (issue 3). The other, mbind
+ * the strategies the zero-copy family compares (host suites). The other, mbind
  * with MPOL_MF_MOVE, is cb_mbind. */
 #define _GNU_SOURCE
 #include <errno.h>

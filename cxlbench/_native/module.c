@@ -504,7 +504,7 @@ static PyObject *py_stream_check(PyObject *self, PyObject *args, PyObject *kw)
     return PyFloat_FromDouble(sum);
 }
 
-/* --- storage (issue 3) --- */
+/* --- storage --- */
 
 static int engine_of(const char *name)
 {
@@ -649,9 +649,9 @@ static PyObject *py_mincore(PyObject *self, PyObject *args)
     return PyLong_FromSize_t(resident);
 }
 
-/* --- end storage (issue 3) --- */
+/* --- end storage --- */
 
-/* --- host suites (issue 3) --- */
+/* --- host suites --- */
 
 /* The line op's keyword arguments, shared by lines(), lines_check() and
  * loaded_latency(); refused here with a sentence rather than an errno. */
@@ -915,7 +915,7 @@ static PyObject *py_move_pages(PyObject *self, PyObject *args, PyObject *kw)
     return ret;
 }
 
-/* --- end host suites (issue 3) --- */
+/* --- end host suites --- */
 
 /* ---- module ---------------------------------------------------------------------- */
 
@@ -979,7 +979,7 @@ static PyMethodDef methods[] = {
      "stream_check(kernel, a, b, c, array_bytes, cpus, nt=False, scalar=3.0) -> float\n"
      "One iteration through the same threaded path; returns the read kernel's sum\n"
      "(0.0 for the others), so tests can check what the kernels computed."},
-    /* --- storage (issue 3) --- */
+    /* --- storage --- */
     {"io_run", KW py_io_run, METH_VARARGS | METH_KEYWORDS,
      "io_run(fd, write, engine, buf, block, qd, offsets, max_ios, lat=None, max_ns=0,\n"
      "       stamp=False, verify=False, seed=0, batch=1) -> (done, elapsed_ns, mismatches)\n"
@@ -998,8 +998,8 @@ static PyMethodDef methods[] = {
     {"msync", py_msync, METH_VARARGS, "msync(addr, length)  (MS_SYNC)"},
     {"mincore", py_mincore, METH_VARARGS,
      "mincore(addr, length) -> pages of the range in the page cache / resident"},
-    /* --- end storage (issue 3) --- */
-    /* --- host suites (issue 3) --- */
+    /* --- end storage --- */
+    /* --- host suites --- */
     {"lines", KW py_lines, METH_VARARGS | METH_KEYWORDS,
      "lines(addr, length, cpus, reads=1, writes=0, write_bytes=64, rmw=False, nt=False,\n"
      "      value=0, iterations=10, clock='wall') -> seconds per iteration\n"
@@ -1039,7 +1039,7 @@ static PyMethodDef methods[] = {
      "move_pages(addr, length, node, page_bytes=4096) -> (elapsed_ns, status)\n"
      "Migrate the range's pages to `node` (move_pages(2), MPOL_MF_MOVE); status: the node\n"
      "of each page afterwards as native int32s (negative: -errno for that page)."},
-    /* --- end host suites (issue 3) --- */
+    /* --- end host suites --- */
     {NULL, NULL, 0, NULL},
 };
 

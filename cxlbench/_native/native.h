@@ -116,7 +116,7 @@ int cb_stream(enum cb_kernel kernel, double *a, double *b, double *c, size_t n,
 /* Which vector code cb_stream uses on this CPU: "avx2", "sse2" or "generic". */
 const char *cb_stream_isa(void);
 
-/* --- host suites (issue 3) ------------------------------------------------ */
+/* --- host suites ---------------------------------------------------------- */
 
 /* What a pass does to each 64-byte line (lineops.h). Lines go in groups of
  * reads + writes: the first `reads` of each group are read, the next `writes`
@@ -179,10 +179,10 @@ double cb_delay_ns_per_unit(void);
 int cb_move_pages(uintptr_t addr, size_t length, size_t page_bytes, int node,
                   int32_t *status_out, uint64_t *elapsed_ns_out);
 
-/* --- end host suites (issue 3) -------------------------------------------- */
+/* --- end host suites ------------------------------------------------------ */
 
 
-/* --- storage (issue 3) --- */
+/* --- storage --- */
 /* ---- io.c: timed file I/O, a file as memory ------------------------------ */
 
 enum { CB_IO_PSYNC = 0, CB_IO_LIBAIO = 1 };          /* engines, as fio names them */
@@ -215,7 +215,7 @@ size_t cb_io_check(uintptr_t buf, size_t length, uint64_t file_offset, uint64_t 
 int cb_map_file(int fd, size_t length, int writable, uintptr_t *addr_out);
 int cb_msync(uintptr_t addr, size_t length);
 int cb_mincore(uintptr_t addr, size_t length, size_t *resident_out);
-/* --- end storage (issue 3) --- */
+/* --- end storage --- */
 
 /* ---- adamw.c: the CPU optimizer step ------------------------------------ */
 

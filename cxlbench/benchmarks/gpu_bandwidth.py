@@ -314,8 +314,9 @@ def _d2d_op(s, impl: str, bufs: dict, size: int, sets: int, touched: dict):
 def _link(case: Case, env: Env, s) -> list[Sample]:
     """h2d, d2h, bidir between a host tier's buffer and device memory."""
     from cxlbench.gpu import check
-    from cxlbench.gpu.buffers import DeviceBuffer, PageableHost, PinnedHost
+    from cxlbench.gpu.buffers import DeviceBuffer
     from cxlbench.gpu.device import MEMCPY_D2H, MEMCPY_H2D
+    from cxlbench.memory.pinned import PageableHost, PinnedHost
 
     dev, xp, p = s.dev, s.xp, case.params
     op, size = p["op"], p["size_bytes"]
@@ -426,8 +427,9 @@ def _torch_link_op(s, op: str, host, dbuf, size: int, sets: int, touched: dict):
 def _mapped(case: Case, env: Env, s) -> list[Sample]:
     """The SMs read or write a host tier's pinned memory in place."""
     from cxlbench.gpu import check
-    from cxlbench.gpu.buffers import DeviceBuffer, PinnedHost
+    from cxlbench.gpu.buffers import DeviceBuffer
     from cxlbench.gpu.timing import fastest_shape
+    from cxlbench.memory.pinned import PinnedHost
 
     dev, xp, p = s.dev, s.xp, case.params
     op, size = p["op"], p["size_bytes"]

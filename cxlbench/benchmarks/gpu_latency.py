@@ -105,8 +105,9 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     import numpy as np
 
     from cxlbench.gpu import chase
-    from cxlbench.gpu.buffers import DeviceBuffer, PinnedHost
+    from cxlbench.gpu.buffers import DeviceBuffer
     from cxlbench.gpu.errors import WrongResult
+    from cxlbench.memory.pinned import PinnedHost
 
     p = case.params
     ws, stride = p["working_set_bytes"], p["stride_bytes"]

@@ -117,10 +117,11 @@ def sectors(size: int, stride: int) -> int:
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     from cxlbench.gpu import check
-    from cxlbench.gpu.buffers import DeviceBuffer, PinnedHost
+    from cxlbench.gpu.buffers import DeviceBuffer
     from cxlbench.gpu.kernels import WORD_BYTES
     from cxlbench.gpu.telemetry import ECC_KEYS
     from cxlbench.gpu.timing import SHAPES, fastest_shape
+    from cxlbench.memory.pinned import PinnedHost
 
     p = case.params
     size, width, stride = p["size_bytes"], p["write_bytes"], p["stride_bytes"]

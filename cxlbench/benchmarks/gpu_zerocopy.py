@@ -98,8 +98,9 @@ def _estimate(params: dict, spec: Spec) -> float:
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     from cxlbench.gpu import check
-    from cxlbench.gpu.buffers import DeviceBuffer, ManagedBuffer, PinnedHost
+    from cxlbench.gpu.buffers import DeviceBuffer, ManagedBuffer
     from cxlbench.gpu.errors import Unavailable
+    from cxlbench.memory.pinned import PinnedHost
 
     p = case.params
     size, strategy, max_uses = p["data_bytes"], p["strategy"], p["max_uses"]

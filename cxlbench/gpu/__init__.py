@@ -11,8 +11,8 @@ without a GPU, where every GPU case is recorded as skipped with "no GPU".
 Modules: kernels (CUDA source), device (the cupy backend), timing, buffers,
 chase (pointer-chase chains), check (poison, reference comparisons),
 telemetry (NVML clocks, power, ECC), torchref (torch's own copies, the
-reference the targets compare with), fake (a numpy device for tests),
-devicecheck (the device check's run and table).
+reference the targets compare with). The device check's run and table is a
+command, cxlbench.cli.devicecheck; the tests' numpy device is tests/fakes/gpu.py.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ cupy is imported here, when a device is opened in a worker, never when the
 package is imported or a suite is planned. `open_device` turns "no cupy", "no
 driver" and "no device" into Unavailable with the reason (a family records the
 case as skipped with it); tests put a numpy-backed
-fake (cxlbench.gpu.fake) in its place.
+fake (tests/fakes/gpu.py) in its place.
 """
 from __future__ import annotations
 

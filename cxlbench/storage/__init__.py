@@ -9,7 +9,8 @@ their process, and a file used as memory with its pages evicted.
 Everything that cannot be honoured raises StorageError (a PlacementError) with
 one sentence saying what is wrong and what to do.
 """
-from .directory import DirectoryInfo, StorageError, check_usable, inspect_directory, mount_of, probe_direct
+from .directory import DirectoryInfo, check_usable, inspect_directory, mount_of, probe_direct
+from .errors import StorageError
 from .pagecache import FileMapping
 from .scratch import PREFIX, ScratchFile, owner_pid, scratch_name, sweep_stale
 

@@ -17,15 +17,11 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, field
 
-from cxlbench.memory import PlacementError
+from cxlbench.storage.errors import StorageError
+from cxlbench.storage.scratch import scratch_name
 
 PROBE_BYTES = 64 << 10          # 16 pages: any device's logical block divides it
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs", "devtmpfs")
-
-
-class StorageError(PlacementError):
-    """A storage directory or file cannot be used as asked; the message says
-    what is wrong and what to do. A family records the case as skipped with it."""
 
 
 @dataclass
@@ -69,7 +65,6 @@ def check_usable(path: str) -> None:
     # Creating a file is the honest test: access(W_OK) says yes to root on a
     # directory whose permission bits say no, and a read-only mount says no only
     # to writes. The probe name is one the stale-file sweep recognises.
-    from cxlbench.storage.scratch import scratch_name
     probe = os.path.join(path, scratch_name("probe"))
     try:
         fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -110,7 +105,6 @@ def mount_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> tuple[str | 
 def probe_direct(path: str) -> tuple[bool, str]:
     """(True, "") when O_DIRECT reads and writes in `path` reach the device; else (False, why)."""
     from cxlbench import _native
-    from cxlbench.storage.scratch import scratch_name
 
     where = f"{path} ({mount_of(path)[1] or 'unknown filesystem'})"
     probe = os.path.join(path, scratch_name("probe"))

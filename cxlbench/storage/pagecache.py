@@ -14,7 +14,7 @@ import mmap
 import os
 from dataclasses import dataclass, field
 
-from cxlbench.storage.directory import StorageError
+from cxlbench.storage.errors import StorageError
 from cxlbench.storage.scratch import ScratchFile
 
 PAGE = mmap.PAGESIZE

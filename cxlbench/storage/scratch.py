@@ -34,7 +34,7 @@ import threading
 from dataclasses import dataclass, field
 
 from cxlbench.closing import ClosedWhenCollected
-from cxlbench.storage.directory import StorageError
+from cxlbench.storage.errors import StorageError
 
 PREFIX = "cxlbench-io-"
 _NAME = re.compile(rf"^{re.escape(PREFIX)}(\d+)-[0-9a-f]+\.\w+$")

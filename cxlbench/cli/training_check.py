@@ -1,7 +1,7 @@
 """Run the training placements on this machine and print the table docs/validation.md
 keeps: tokens/s, MFU and the step breakdown per placement, next to the model.
 
-    python -m cxlbench.training.check --configs tiny,1b --nvme /mnt/scratch --steps 20
+    python -m cxlbench.cli.training_check --configs tiny,1b --nvme /mnt/scratch --steps 20
 
 Each case runs in this process, one after the other (the runner's worker
 processes are the production path; this is the device check's short script).

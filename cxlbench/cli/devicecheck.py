@@ -1,10 +1,10 @@
 """The device check: run the GPU suite here, render its report, print the table.
 
-    python -m cxlbench.gpu.devicecheck OUT [--suite gpu] [--nvme DIR] [--budget S]
-    python -m cxlbench.gpu.devicecheck --table RUN_DIR        # the table of a run
+    python -m cxlbench.cli.devicecheck OUT [--suite gpu] [--nvme DIR] [--budget S]
+    python -m cxlbench.cli.devicecheck --table RUN_DIR        # the table of a run
 
 OUT receives results/ (the run) and report.html; the table is printed and kept
-as OUT/table.md. Each target of issue 7 is a row with its verdict:
+as OUT/table.md. Each GPU target is a row with its verdict:
 
   HBM copy           our copy kernel >= 95% of torch's device-to-device copy on
                      the same buffers, and of the published figure for the card
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     decl = [f"nvme={args.nvme}"] if args.nvme else []
     outcome = run(RunConfig(args.suite, decl, "device-check", str(out / "results"),
-                            command=["python", "-m", "cxlbench.gpu.devicecheck", *(argv or sys.argv[1:])],
+                            command=["python", "-m", "cxlbench.cli.devicecheck", *(argv or sys.argv[1:])],
                             time_budget_s=args.budget))
     (out / "run_path").write_text(str(outcome.path) + "\n")
     try:

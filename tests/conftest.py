@@ -1,0 +1,49 @@
+"""Tests never write into the work tree.
+
+`cxlbench run` stores runs under ./results and `cxlbench report` writes
+./reports/<run>.html by default; a test that lets either happen in the checkout
+(a command run from the repository root without -o or --out, say) leaves files
+there that look like measurements. Each test is checked: a new entry in reports/
+or results/ (two levels deep, which is where a run or a report appears) fails it
+at teardown, naming the files. They are left where they are: a benchmark run in
+this same checkout at the same time would show up the same way, and its results
+are not the tests' to delete.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+WATCHED = ("reports", "results")
+
+
+def _entries(top: Path, depth: int = 2) -> set[str]:
+    found: set[str] = set()
+    try:
+        with os.scandir(top) as it:
+            for entry in it:
+                found.add(os.path.relpath(entry.path, REPO))
+                if depth > 1 and entry.is_dir(follow_symlinks=False):
+                    found |= _entries(Path(entry.path), depth - 1)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return found
+
+
+def work_tree_outputs() -> set[str]:
+    """What is in reports/ and results/ now, as paths from the repository root."""
+    return set().union(*(_entries(REPO / d) for d in WATCHED))
+
+
+@pytest.fixture(autouse=True)
+def _writes_nothing_into_the_work_tree(request):
+    before = work_tree_outputs()
+    yield
+    new = sorted(work_tree_outputs() - before)
+    if new:
+        pytest.fail(f"{request.node.nodeid} wrote into the work tree: {', '.join(new)} — write "
+                    f"into tmp_path instead (run commands there, or give them -o / --out)",
+                    pytrace=False)
