@@ -16,6 +16,7 @@ FAMILIES = {
     "page_size": "cxlbench.benchmarks.page_size",
     "zerocopy": "cxlbench.benchmarks.zerocopy",
     "interleave": "cxlbench.benchmarks.interleave",
+    "stride": "cxlbench.benchmarks.stride",
     # GPU suites
     "gpu_latency": "cxlbench.benchmarks.gpu_latency",
     "gpu_bandwidth": "cxlbench.benchmarks.gpu_bandwidth",

@@ -82,6 +82,16 @@ def _estimate(params: dict, spec: Spec) -> float:
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
+    p = case.params
+    return chase(case, env, info, LINE, p.get("window_bytes", 0), p["chains"])
+
+
+def chase(case: Case, env: Env, info: dict, line_bytes: int, window_bytes: int = 0,
+          chains: int = 1) -> list[Sample]:
+    """Each repetition: a fresh buffer of the case's working_set_bytes on its tier
+    and page size, a fresh random cycle over lines `line_bytes` apart (random within
+    windows of `window_bytes` when set), calibrated, warmed and timed on the
+    initiator's first CPU; one latency_ns sample (and ns_per_load with chains)."""
     from cxlbench import _native
 
     initiator = env.initiator(case.initiator)
@@ -94,15 +104,15 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
         with place(p["working_set_bytes"], tier.node, p["page"]) as buf:
             # buf.length is rounded up to the page size (2 MiB for THP): chase only the
             # working set asked for, or a 16 KiB case would measure 2 MiB.
-            heads = _native.chase_init(buf.addr, p["working_set_bytes"], LINE,
-                                       p.get("window_bytes", 0), p["chains"], case.seed(rep))
+            heads = _native.chase_init(buf.addr, p["working_set_bytes"], line_bytes, window_bytes,
+                                       chains, case.seed(rep))
             steps = _calibrate(heads, min_s, warmup=case.warmup)
             elapsed_ns, held = cpu_held(1, _native.chase_run, heads, steps)
             found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,
                      "steps": steps, "cpu_held": round(held, 4)}
         samples.append(Sample("latency_ns", elapsed_ns / steps, rep, found))
-        if p["chains"] > 1:           # memory-level parallelism: loads in flight together
-            samples.append(Sample("ns_per_load", elapsed_ns / (steps * p["chains"]), rep, found))
+        if chains > 1:                # memory-level parallelism: loads in flight together
+            samples.append(Sample("ns_per_load", elapsed_ns / (steps * chains), rep, found))
     info["cpu"] = initiator.cpus[0]
     return samples
 

@@ -19,7 +19,7 @@ import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from cxlbench.units import parse_size
+from cxlbench.units import format_size, parse_size
 
 #: Bytes, written as a number or a size such as "64KiB" or "1GiB".
 Size = Annotated[int, "size"]
@@ -44,8 +44,14 @@ class Spec:
     time_budget_s: float = 0         # 0: no budget
 
     def settings(self) -> dict[str, Any]:
-        """The resolved settings by suite key, as `run --list` shows them."""
+        """The resolved settings by suite key."""
         return {f.metadata.get("key", f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def text(self) -> str:
+        """The resolved settings as `run --list` prints them: page=4k,thp max_working_set=1GiB."""
+        hints = typing.get_type_hints(type(self), include_extras=True)
+        sizes = {f.metadata.get("key", f.name) for f in dataclasses.fields(self) if _holds_sizes(hints[f.name])}
+        return " ".join(f"{k}={_show(v, k in sizes)}" for k, v in self.settings().items() if k != "name")
 
 
 #: Suite-level keys that are not a table's settings.
@@ -81,6 +87,20 @@ def of(module: Any, table: dict[str, Any] | None = None, **keys: Any) -> Spec:
     """A family's settings from a table (and keys), as a suite would give them; for
     code and tests that plan a family directly."""
     return parse(module.Spec, {"name": module.NAME, **(table or {}), **keys}, module.NAME)
+
+
+def _holds_sizes(tp: Any) -> bool:
+    if typing.get_origin(tp) is Annotated:
+        return "size" in typing.get_args(tp)[1:]
+    return any(_holds_sizes(arm) for arm in typing.get_args(tp))
+
+
+def _show(value: Any, size: bool) -> str:
+    if isinstance(value, tuple):
+        return ",".join(_show(v, size) for v in value) or "()"
+    if size and isinstance(value, int) and not isinstance(value, bool):
+        return format_size(value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def coerce(value: Any, tp: Any) -> Any:

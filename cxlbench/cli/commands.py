@@ -55,7 +55,11 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
                        time_budget_s=budget, find_max=find_max)
     try:
         if list_only:                 # the plan `run` would measure, planned the same way
+            shown = set()
             for p in prepare(config)[1]:
+                if id(p.spec) not in shown:   # each table's settings, defaults filled in
+                    shown.add(id(p.spec))
+                    print(f"# {p.family}: {p.spec.text()}")
                 print(f"{'skip' if p.skip else 'run ':4}  ~{p.estimate_s:5.1f}s  {p.case.case_id}"
                       + (f"  ({p.skip})" if p.skip else ""))
             return 0
