@@ -19,6 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from cxlbench.analysis.summary import per_repetition
 from cxlbench.results.store import load_run
 from cxlbench.runner.run import RunConfig, run
 
@@ -53,11 +54,11 @@ def one_round(args, page: str, out: Path, tag: str) -> dict[str, float]:
         outcome = run(RunConfig(suite=str(suite), out=str(out), label=tag))
     r = load_run(outcome.path)
     s = r.samples[r.samples["metric"] == "latency_ns"]
-    per_rep = s.groupby(["benchmark", "repetition"])["value"].median()
+    per_rep = per_repetition(s, ["benchmark", "case_id"]).groupby("benchmark")["value"]
     wall = [v for c in r.meta["cases"] if c["benchmark"] == "loaded_latency"
             for v in (c["info"].get("wall_clock_latency_ns", {}).get("idle") or [])]
-    return {"latency": statistics.median(per_rep["latency"]),
-            "loaded_idle": statistics.median(per_rep["loaded_latency"]),
+    return {"latency": statistics.median(per_rep.get_group("latency")),
+            "loaded_idle": statistics.median(per_rep.get_group("loaded_latency")),
             "loaded_idle_wall": statistics.median(wall) if wall else float("nan")}
 
 

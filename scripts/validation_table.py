@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import cxlbench
+from cxlbench.analysis.summary import per_repetition
 
 
 def floats(path: Path, column: int = -1, when=lambda fields: True) -> list[float]:
@@ -27,9 +28,9 @@ def lat_mem_rd_1g(out: Path) -> list[float]:
 
 def per_round(frame, keys: list[str]):
     """One figure per round (run) and keys: the median over its repetitions of each
-    repetition's median over its iterations."""
-    reps = frame.groupby(["run_id", "case_id", *keys, "repetition"], dropna=False).value.median()
-    return reps.reset_index().groupby(["run_id", *keys], dropna=False).value.median().reset_index()
+    repetition's median over its iterations (the reduction every cxlbench figure uses)."""
+    reps = per_repetition(frame, ["case_id", *keys])
+    return reps.groupby(["run_id", *keys], dropna=False).value.median().reset_index()
 
 
 def main(out: Path) -> None:

@@ -23,20 +23,19 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis.stats import ratio_ci
+from cxlbench.analysis.summary import per_repetition
 
 
 # ---- medians per point -------------------------------------------------------------
 
 def medians(samples: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Median over repetitions of each repetition's median, per `keys` (which must not
-    include `repetition`); column `value` and `n` (repetitions)."""
+    """Median over repetitions of each repetition's median (summary.per_repetition),
+    per `keys` (which must not include `repetition`); column `value` and `n`
+    (repetitions)."""
     keys = [k for k in keys if k in samples.columns]
     if samples.empty:
         return pd.DataFrame(columns=keys + ["value", "n"])
-    frame = samples[np.isfinite(samples["value"].to_numpy(dtype=float))]
-    rep_keys = keys + (["run_id"] if "run_id" in frame.columns and "run_id" not in keys else []) \
-        + ["repetition"]
-    per_rep = frame.groupby(rep_keys, dropna=False, sort=False)["value"].median().reset_index()
+    per_rep = per_repetition(samples, keys)
     out = per_rep.groupby(keys, dropna=False, sort=True)["value"].agg(["median", "size"]).reset_index()
     return out.rename(columns={"median": "value", "size": "n"})
 
@@ -45,8 +44,7 @@ def _rep_values(samples: pd.DataFrame, mask) -> np.ndarray:
     sub = samples[mask]
     if sub.empty:
         return np.array([])
-    keys = (["run_id"] if "run_id" in sub.columns else []) + ["repetition"]
-    return sub.groupby(keys)["value"].median().to_numpy(dtype=float)
+    return per_repetition(sub, []).value.to_numpy(dtype=float)
 
 
 # ---- knees ---------------------------------------------------------------------------

@@ -49,23 +49,42 @@ def axis_columns(frame: pd.DataFrame) -> list[str]:
 
 def repetitions(samples: pd.DataFrame) -> pd.DataFrame:
     """One row per (run, case, metric, axis values, repetition): the median of that
-    repetition's samples, with `n_inner` the number of samples it had."""
+    repetition's samples, with `n_inner` the number of samples it had, and the
+    other columns as the repetition's first sample has them."""
     frame = samples[np.isfinite(samples["value"].to_numpy(dtype=float))]
     axes = axis_columns(frame)
-    keys = BASE_KEY + axes + ["repetition"]
-    if frame.empty or not frame.duplicated(keys).any():
-        reps = frame.drop(columns=[c for c in frame.columns if c in INNER_INDEX])
-        reps["n_inner"] = 1
-    else:
-        g = frame.groupby(keys, sort=False, dropna=False, observed=True)
-        others = [c for c in frame.columns if c not in keys and c != "value" and c not in INNER_INDEX]
-        reps = g[others].first()
-        reps["value"] = g["value"].median()
-        reps["n_inner"] = g.size()
-        reps = reps.reset_index()
-        reps = reps[[c for c in samples.columns if c in reps.columns and c not in INNER_INDEX] + ["n_inner"]]
+    reps = _reduce(frame, BASE_KEY + axes, keep=True)
+    reps = reps[[c for c in samples.columns if c in reps.columns and c not in INNER_INDEX] + ["n_inner"]]
     reps.attrs["axes"] = axes
     return reps
+
+
+def per_repetition(samples: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One value per repetition of each group of `keys` (per run): the median of the
+    repetition's samples, `n_inner` their count. Every figure cxlbench shows starts
+    here: a repetition is an independent trial (its own process, buffer and seed),
+    its inner iterations are not, and pooling them makes identical code look
+    different. Columns: keys, run_id, repetition, value, n_inner."""
+    frame = samples[np.isfinite(samples["value"].to_numpy(dtype=float))]
+    keys = [k for k in keys if k in frame.columns]
+    return _reduce(frame, keys + [k for k in ("run_id",) if k in frame.columns and k not in keys],
+                   keep=False)
+
+
+def _reduce(frame: pd.DataFrame, keys: list[str], keep: bool) -> pd.DataFrame:
+    """The median of each (keys, repetition) group; `keep`: the other columns too."""
+    keys = keys + ["repetition"]
+    others = [c for c in frame.columns if c not in keys and c != "value" and c not in INNER_INDEX] \
+        if keep else []
+    if frame.empty or not frame.duplicated(keys).any():
+        reps = frame[keys + others + ["value"]].copy()
+        reps["n_inner"] = 1
+        return reps
+    g = frame.groupby(keys, sort=False, dropna=False, observed=True)
+    reps = g[others].first() if others else g.size().to_frame("_").drop(columns="_")
+    reps["value"] = g["value"].median()
+    reps["n_inner"] = g.size()
+    return reps.reset_index()
 
 
 def point_id(case_id: str, axes: dict) -> str:
