@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cxlbench.analysis.compare import as_run, params_text
-from cxlbench.analysis.summary import axis_columns, param_columns, point_id, repetitions
+from cxlbench.analysis.reduction import axis_columns, param_columns, point_id, repetitions
 from cxlbench.results.store import Run, atomic_write
 
 #: The pytest-benchmark file format version these files follow.

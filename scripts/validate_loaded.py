@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from cxlbench.analysis.summary import per_repetition
+from cxlbench.analysis.reduction import per_repetition
 from cxlbench.results.store import load_run
 from cxlbench.runner.run import RunConfig, run
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import cxlbench
-from cxlbench.analysis.summary import per_repetition
+from cxlbench.analysis.reduction import per_repetition
 
 
 def floats(path: Path, column: int = -1, when=lambda fields: True) -> list[float]:

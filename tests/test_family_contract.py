@@ -154,7 +154,7 @@ def test_the_new_family_is_measured_and_in_the_summary(stride_runs, capsys):
     stored = load_run(a.path)
     lat = stored.samples.groupby("stride_bytes").value.median()
     assert set(lat.index) == {64, 4096} and (lat > 0).all()
-    from cxlbench.cli.summary import tier_summary
+    from cxlbench.cli.tier_table import tier_summary
     text = tier_summary(stored.samples, stored.meta)
     assert "latency at a 4KiB stride, 4k pages" in text           # its own headline, pick: largest stride
 

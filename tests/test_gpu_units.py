@@ -15,7 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from cxlbench.gpu import chase, check, kernels, telemetry
+from cxlbench.gpu import chase, kernels, telemetry
+from cxlbench.gpu import correctness as check
 from cxlbench.gpu.errors import WrongResult
 from cxlbench.gpu.timing import SHAPES
 

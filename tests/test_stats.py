@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cxlbench.analysis import stats, summary
+from cxlbench.analysis import reduction as summary
+from cxlbench.analysis import stats
 
 from fakes import synthetic as syn
 

@@ -4,7 +4,7 @@ import pandas as pd
 
 from cxlbench.benchmarks import family
 from cxlbench.benchmarks.base import describe
-from cxlbench.cli.summary import tier_summary
+from cxlbench.cli.tier_table import tier_summary
 
 
 def summary(rows):

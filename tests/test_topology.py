@@ -11,7 +11,7 @@ import pytest
 from cxlbench.topology import (block_device_for, classify_tiers, format_topology, machine_from_dict,
                                machine_to_dict, read_machine, read_nodes)
 from cxlbench.topology.gpu import normal_bus_id, read_gpus
-from cxlbench.topology.storage import disk_for_devnum, read_block_devices
+from cxlbench.topology.block_devices import disk_for_devnum, read_block_devices
 from cxlbench.topology.sysfs import parse_cpulist, parse_size, selected
 from cxlbench.units import format_cpulist
 

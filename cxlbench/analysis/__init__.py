@@ -18,7 +18,7 @@ from cxlbench.analysis.compare import Comparison, compare, format_comparison
 from cxlbench.analysis.gate import GateResult, gate
 from cxlbench.analysis.machine import Profile, profile
 from cxlbench.analysis.stats import CONFIDENCE, compare_values, median_ci, ratio_ci
-from cxlbench.analysis.summary import points, repetitions
+from cxlbench.analysis.reduction import points, repetitions
 from cxlbench.analysis.thresholds import EXAMPLE_FILE, ThresholdError, Thresholds, load_thresholds
 
 __all__ = ["Calibration", "calibrate", "Comparison", "compare", "format_comparison", "GateResult",

@@ -20,7 +20,7 @@ import pandas as pd
 from cxlbench.analysis import machine as machine_mod
 from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discount_instability,
                                      discount_interference, judge, ratio_ci)
-from cxlbench.analysis.summary import axis_columns, point_id, points, repetitions
+from cxlbench.analysis.reduction import axis_columns, point_id, points, repetitions
 from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, load_thresholds
 from cxlbench.results.store import Run, load_run
 from cxlbench.units import format_number, format_size, natural_key

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis.stats import ratio_ci
-from cxlbench.analysis.summary import per_repetition
+from cxlbench.analysis.reduction import per_repetition
 
 
 # ---- medians per point -------------------------------------------------------------

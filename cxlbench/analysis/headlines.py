@@ -4,7 +4,7 @@ The families' declarations (benchmarks.base.Headline) are read from the run's ow
 record (run.json "families"), never from the code that measured it, so the
 terminal summary and the report's tier table show the same figures, and an old
 run shows what its families declared when it was made. Figures are summarised
-per repetition first (analysis.summary), as everything else is.
+per repetition first (analysis.reduction), as everything else is.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cxlbench.analysis.summary import points, repetitions
+from cxlbench.analysis.reduction import points, repetitions
 from cxlbench.units import format_count, format_param, tier_order
 
 

@@ -216,7 +216,7 @@ def _kernel_ops(s, case: Case, ptrs: dict, size: int, sets: int, partials, touch
 
 def _check_kernel_outputs(s, case: Case, views: dict, size: int, partials, max_grid: int,
                           touched: dict, seed: int) -> None:
-    from cxlbench.gpu import check
+    from cxlbench.gpu import correctness as check
     xp, op = s.xp, case.params["op"]
     words = size // 8
     if op in ("read", "sm_read"):
@@ -239,7 +239,7 @@ def _check_kernel_outputs(s, case: Case, views: dict, size: int, partials, max_g
 
 
 def _hbm(case: Case, env: Env, s) -> list[Sample]:
-    from cxlbench.gpu import check
+    from cxlbench.gpu import correctness as check
     from cxlbench.gpu.buffers import DeviceBuffer
     from cxlbench.gpu.timing import fastest_shape
 
@@ -313,7 +313,7 @@ def _d2d_op(s, impl: str, bufs: dict, size: int, sets: int, touched: dict):
 
 def _link(case: Case, env: Env, s) -> list[Sample]:
     """h2d, d2h, bidir between a host tier's buffer and device memory."""
-    from cxlbench.gpu import check
+    from cxlbench.gpu import correctness as check
     from cxlbench.gpu.buffers import DeviceBuffer
     from cxlbench.gpu.device import MEMCPY_D2H, MEMCPY_H2D
     from cxlbench.memory.pinned import PageableHost, PinnedHost
@@ -426,7 +426,7 @@ def _torch_link_op(s, op: str, host, dbuf, size: int, sets: int, touched: dict):
 
 def _mapped(case: Case, env: Env, s) -> list[Sample]:
     """The SMs read or write a host tier's pinned memory in place."""
-    from cxlbench.gpu import check
+    from cxlbench.gpu import correctness as check
     from cxlbench.gpu.buffers import DeviceBuffer
     from cxlbench.gpu.timing import fastest_shape
     from cxlbench.memory.pinned import PinnedHost
@@ -472,7 +472,7 @@ def _mapped(case: Case, env: Env, s) -> list[Sample]:
 
 def _peer(case: Case, env: Env, s) -> list[Sample]:
     """cudaMemcpyPeerAsync from this GPU's memory to another GPU's."""
-    from cxlbench.gpu import check
+    from cxlbench.gpu import correctness as check
     from cxlbench.gpu.buffers import DeviceBuffer
     from cxlbench.gpu.device import CudaDevice, cuda_ordinal
     from cxlbench.gpu.errors import Unavailable

@@ -82,7 +82,7 @@ def _cannot(params: dict, gpu, env: Env) -> str | None:
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
-    from cxlbench.gpu import check
+    from cxlbench.gpu import correctness as check
     from cxlbench.gpu.buffers import DeviceBuffer
     from cxlbench.gpu.errors import Unavailable
     from cxlbench.memory.pinned import PinnedHost

@@ -116,7 +116,7 @@ def sectors(size: int, stride: int) -> int:
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
-    from cxlbench.gpu import check
+    from cxlbench.gpu import correctness as check
     from cxlbench.gpu.buffers import DeviceBuffer
     from cxlbench.gpu.kernels import WORD_BYTES
     from cxlbench.gpu.telemetry import ECC_KEYS

@@ -97,7 +97,7 @@ def _estimate(params: dict, spec: Spec) -> float:
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
-    from cxlbench.gpu import check
+    from cxlbench.gpu import correctness as check
     from cxlbench.gpu.buffers import DeviceBuffer, ManagedBuffer
     from cxlbench.gpu.errors import Unavailable
     from cxlbench.memory.pinned import PinnedHost

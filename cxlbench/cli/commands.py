@@ -44,7 +44,7 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         out: str = "results", root: str = "/", budget: float | None = None,
         list_only: bool = False, command: list[str] = (), with_report: bool = True,
         find_max: bool = False) -> int:
-    from cxlbench.cli.summary import tier_summary
+    from cxlbench.cli.tier_table import tier_summary
     from cxlbench.results.store import load_run
     from cxlbench.runner.run import RunConfig, prepare, run as run_suite
 

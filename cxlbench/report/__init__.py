@@ -23,7 +23,7 @@ from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt
                                        fmt_pct)
 from cxlbench import units
 from cxlbench.analysis.headlines import figures
-from cxlbench.analysis.summary import points, repetitions
+from cxlbench.analysis.reduction import points, repetitions
 from cxlbench.report import build
 from cxlbench.results.store import Run, atomic_write, safe_name
 

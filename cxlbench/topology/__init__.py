@@ -11,7 +11,7 @@ from .model import (BlockDevice, Cache, Cpu, CxlMemdev, CxlRegion, EdacControlle
 from .nodes import read_nodes
 from .read import read_machine
 from .serialize import jsonable, machine_from_dict, machine_to_dict
-from .storage import block_device_for
+from .block_devices import block_device_for
 from .tiers import classify_tiers, initiators, parse_tier_declaration
 from .view import format_topology
 

@@ -11,7 +11,7 @@ from .gpu import read_gpus
 from .hugepages import system_pools
 from .model import Machine
 from .nodes import read_memory_tiers, read_nodes
-from .storage import read_block_devices
+from .block_devices import read_block_devices
 from .sysfs import read_text
 
 

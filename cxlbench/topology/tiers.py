@@ -11,7 +11,7 @@ import os
 import shutil
 
 from .model import Machine, Node, Tier, TierDeclaration, Initiator
-from .storage import block_device_for
+from .block_devices import block_device_for
 from cxlbench.units import format_cpulist
 
 HOST_KINDS = ("ddr", "cxl")

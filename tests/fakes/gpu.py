@@ -365,7 +365,7 @@ class FakeDevice:
         return a["count"] * 8 / self.rates["hbm"]
 
     def _k_load(self, name, grid, block, a):
-        from cxlbench.gpu import check
+        from cxlbench.gpu import correctness as check
         width = int(name.rsplit("_w", 1)[1])
         count, stride = a["count"], a["stride"]
         span = count * stride
