@@ -113,6 +113,35 @@ def compare(runs: list[str], out: str | None = None, threshold: str | None = Non
     return 0
 
 
+def ab(file: str | None = None, judge: str | None = None, out: str = "results", root: str = "/",
+       label: str | None = None, threshold: str | None = None, command: list[str] = ()) -> int:
+    """Measure the configurations of an A/B file interleaved (or judge a session
+    measured before), and print each case's verdict on its per-round ratios."""
+    import json
+
+    from cxlbench.analysis import ThresholdError
+    from cxlbench.analysis.paired import format_verdicts, judge_session
+    from cxlbench.runner.ab import load_session, run_session
+    if (file is None) == (judge is None):
+        raise UserError("ab needs an A/B file to measure, or --judge SESSION to judge one measured before")
+    if file is not None:
+        session = load_session(file)
+        try:
+            judge = str(run_session(session, out, root, label, list(command)))
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    try:
+        verdicts = judge_session(judge, threshold)
+    except ThresholdError as e:
+        raise UserError(str(e)) from None
+    print(format_verdicts(verdicts))
+    where = Path(judge)
+    (where if where.is_dir() else where.parent).joinpath("verdicts.json").write_text(
+        json.dumps([v.to_dict() for v in verdicts.verdicts], indent=1))
+    print(f"session: {where}")
+    return 0
+
+
 def gate(baseline: str, current: str, threshold: str | None = None, thresholds_file: str | None = None,
          allow_missing: bool = False, confirm: bool = False, ignore_identity: list[str] = (),
          markdown: str | None = None, json_out: str | None = None, junit: str | None = None,

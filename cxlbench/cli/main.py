@@ -86,6 +86,14 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
     c.set_defaults(func=lambda a: commands.compare(a.runs, a.out, a.threshold, a.thresholds))
 
+    ab = sub.add_parser("ab", help="configurations measured interleaved in one session, judged round by round")
+    ab.add_argument("file", nargs="?", help="the A/B file: suite, rounds, [[config]] tables")
+    ab.add_argument("--judge", metavar="SESSION", help="judge a session measured before (its directory)")
+    ab.add_argument("--out", default="results", help="results directory (default: results/)")
+    ab.add_argument("--label", help="a name for the session's runs")
+    ab.add_argument("--threshold", help="smallest change that matters (default: the file's, else 10%%)")
+    ab.set_defaults(func=lambda a: commands.ab(a.file, a.judge, a.out, a.root, a.label, a.threshold, sys.argv))
+
     g = sub.add_parser("gate", help="exit 1 when a case regressed, 2 when the inputs are unusable")
     g.add_argument("--baseline", required=True)
     g.add_argument("--current", required=True)

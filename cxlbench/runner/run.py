@@ -11,7 +11,7 @@ from pathlib import Path
 from cxlbench import __version__
 from cxlbench.benchmarks import family
 from cxlbench.benchmarks.base import Env, Planned, describe
-from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, SKIPPED, CaseResult
+from cxlbench.results.schema import COMPLETE, CORE_COLUMNS, FAILED, PARTIAL, SKIPPED, CaseResult
 from cxlbench.results.store import RunWriter
 from cxlbench.runner import ecc, processes
 from cxlbench.runner.progress import Progress
@@ -54,6 +54,10 @@ def plan_suite(suite: dict, env: Env) -> list[Planned]:
         processes = 1 if getattr(module, "ONE_PROCESS", False) else spec.processes
         for p in module.plan(spec, env):
             p.processes, p.family, p.spec = max(1, processes), ref, spec
+            taken = sorted(set(p.case.params) & set(CORE_COLUMNS))
+            if taken:                  # its rows would lose the value, or the case id, to the parameter
+                raise SuiteError(f"{ref} plans a case with parameter {taken[0]!r}, a name the results' "
+                                 f"own columns have; a family names its parameters otherwise")
             planned.append(p)
     seen: set[str] = set()
     for p in planned:
@@ -76,7 +80,7 @@ def versions() -> dict[str, str]:
     return found
 
 
-def _native_built() -> None:
+def native_built() -> None:
     """Without the compiled C core every case would fail on a missing attribute:
     say so once, before anything runs."""
     from cxlbench.memory import native_missing
@@ -100,19 +104,24 @@ def prepare(config: RunConfig) -> tuple[Env, list[Planned]]:
     return env, planned
 
 
-def run(config: RunConfig) -> RunOutcome:
-    _native_built()
-    env, planned = prepare(config)
+def open_writer(config: RunConfig, env: Env, planned: list[Planned], **extra) -> RunWriter:
+    """A new run directory for `planned`, its run.json saying what, where and how:
+    the machine, the suite, the versions, and each family's self-description."""
     suite = env.suite
-    families = {p.case.benchmark: describe(family(p.family)) for p in planned}
-    writer = RunWriter(config.out, env.machine.hostname, {
+    return RunWriter(config.out, env.machine.hostname, {
         "label": config.label, "machine_name": env.machine.hostname, "hostname": socket.gethostname(),
         "command": config.command, "suite": {k: v for k, v in suite.items() if k != "benchmark"} |
         {"benchmark": suite["benchmark"]}, "versions": versions(),
         "machine": asdict(env.machine), "environment": asdict(env.machine.environment),
         "tiers": [asdict(t) for t in env.tiers.values()], "warnings": [],
-        "families": families,
+        "families": {p.case.benchmark: describe(family(p.family)) for p in planned}, **extra,
     })
+
+
+def run(config: RunConfig) -> RunOutcome:
+    native_built()
+    env, planned = prepare(config)
+    writer = open_writer(config, env, planned)
     ecc_before = ecc.start(config.root)             # EDAC / CXL health counts around the run
     results = _run_planned(planned, env, writer)
     ecc.finish(writer, ecc_before, config.root)     # a count that moved is a run warning
@@ -140,7 +149,7 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[Ca
                 continue
             progress.begin(label)
             left = budget - (time.monotonic() - start) if budget else None
-            part = _one(p, env, left, piece, estimate)
+            part = measure_slice(p, env, left, piece, estimate)
             results[piece.index] = processes.merge(results.get(piece.index), part, piece)
             writer.add(results[piece.index], part)
             progress.end(label, part.status, part.seconds, part.reason)
@@ -152,8 +161,9 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[Ca
     return [results[i] for i in sorted(results)]
 
 
-def _one(p: Planned, env: Env, budget_left: float | None, piece: processes.Slice,
-         estimate: float) -> CaseResult:
+def measure_slice(p: Planned, env: Env, budget_left: float | None, piece: processes.Slice,
+                  estimate: float) -> CaseResult:
+    """One worker's share of a case (or the case's skip, or the budget's)."""
     if p.skip:
         return CaseResult(p.case, SKIPPED, p.skip)
     if budget_left is not None and budget_left < estimate:

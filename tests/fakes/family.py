@@ -16,13 +16,13 @@ SHOW = Show("Fake", "A family whose cases do what their mode says.")
 @dataclass(kw_only=True)
 class Spec(BaseSpec):
     modes: tuple[str, ...] = ("ok",)
-    value: float = 1.0
+    level: float = 1.0             # what an ok case measures (plus its repetition)
     repetitions: int = 3
     scratch: str = ""               # where second_crashes leaves its mark
 
 
 def plan(spec, env):
-    return [Planned(Case(NAME, "cpu:node0", "ddr0", "ddr", {"mode": m, "i": i, "value": spec.value},
+    return [Planned(Case(NAME, "cpu:node0", "ddr0", "ddr", {"mode": m, "i": i, "level": spec.level},
                          spec.repetitions, 0), estimate_s=0.1)
             for i, m in enumerate(spec.modes)]
 
@@ -39,6 +39,9 @@ def measure(case, env, info):
         raise Skip("needs a CXL node")
     if mode == "hang":
         time.sleep(60)
+    if mode == "env":                              # what its worker's environment says
+        return [Sample("latency_ns", float(os.environ.get("CXLBENCH_FAKE", "1")), r)
+                for r in range(case.repetitions)]
     if mode == "undeclared":                       # a metric the family never declared
         return [Sample("furlongs", 1.0, 0)]
     if mode == "stamp":                            # which process, and when
@@ -54,4 +57,4 @@ def measure(case, env, info):
     if mode == "interrupt":
         os.kill(os.getppid(), signal.SIGINT)        # Ctrl-C reaches the runner mid-case
         time.sleep(0.5)
-    return [Sample("latency_ns", case.params["value"] + r, r) for r in range(case.repetitions)]
+    return [Sample("latency_ns", case.params["level"] + r, r) for r in range(case.repetitions)]

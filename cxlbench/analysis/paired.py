@@ -1,0 +1,169 @@
+"""Verdicts on an interleaved A/B session (runner.ab): each case judged on its
+per-round ratios.
+
+A round measured each configuration once, back to back, in random order, so the
+machine's drift (the other tenants, the host's clocks, where the pages landed)
+is nearly the same on both sides of a round, and their ratio cancels it. The
+rounds' log ratios are then independent draws of the change: their mean and its
+t interval (n − 1 degrees of freedom) give the ratio and its confidence interval,
+judged against the threshold exactly as compare and gate judge theirs
+(stats.judge). For a case that is inconclusive the verdict says how many rounds
+would decide it, if its ratio and spread stay as measured.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cxlbench.analysis.reduction import repetitions
+from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, Change, Ratio, judge,
+                                     t_quantile)
+from cxlbench.analysis.thresholds import parse_fraction
+from cxlbench.results.store import ResultsError, load_run
+
+AB_JSON = "ab.json"
+
+
+@dataclass(frozen=True)
+class PairedVerdict:
+    index: int                 # the pair's place in the plan
+    benchmark: str
+    metric: str
+    point: str                 # the case ids, and the sample-level axis values when several points
+    config: str                # the configuration compared with the first one
+    change: Change
+    rounds: int
+    rounds_needed: float       # rounds that would decide it as measured (inf: none would)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("index", "benchmark", "metric", "point", "config", "rounds")}
+        d["rounds_needed"] = self.rounds_needed if math.isfinite(self.rounds_needed) else None
+        return {**d, **self.change.to_dict()}
+
+
+@dataclass
+class SessionVerdicts:
+    configs: list[str]
+    threshold: float
+    verdicts: list[PairedVerdict] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(1 for x in self.verdicts if x.change.verdict == v) for v in VERDICTS}
+
+
+def paired_ratio(base_rounds, cur_rounds, confidence: float = CONFIDENCE) -> Ratio:
+    """current/baseline from per-round values (NaN where a round has none): the
+    geometric mean of the rounds' ratios and its t interval."""
+    b, c = np.asarray(base_rounds, float), np.asarray(cur_rounds, float)
+    ok = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
+    d = np.log(c[ok] / b[ok])
+    n = int(d.size)
+    nan = math.nan
+    if n < 2:
+        r = math.exp(d[0]) if n else nan
+        return Ratio(r, nan, nan, nan, nan, n, n, confidence, note="needs at least 2 rounds with both sides")
+    mean, se = float(d.mean()), float(d.std(ddof=1)) / math.sqrt(n)
+    half = t_quantile(1 - (1 - confidence) / 2, n - 1) * se
+    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), se, float(n - 1), n, n,
+                 confidence)
+
+
+def rounds_needed(ratio: Ratio, threshold: float) -> float:
+    """Rounds after which the interval would clear the nearer edge of [1 − t, 1 + t]
+    (a *same*, or a *slower*/*faster*, verdict), if the mean and spread of the
+    rounds' log ratios stayed as measured; inf when the ratio sits on an edge."""
+    if not math.isfinite(ratio.se_log) or ratio.n_base < 2:
+        return math.inf
+    m = math.log(ratio.ratio)
+    dist = min(abs(m - math.log1p(threshold)), abs(m - math.log1p(-threshold)))
+    s = ratio.se_log * math.sqrt(ratio.n_base)              # one round's spread
+    if s == 0:
+        return float(ratio.n_base)
+    if dist <= 0:
+        return math.inf
+    for n in range(2, 100_000):
+        if t_quantile(1 - (1 - ratio.confidence) / 2, n - 1) * s / math.sqrt(n) < dist:
+            return float(n)
+    return math.inf
+
+
+def load_session(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    p = p / AB_JSON if p.is_dir() else p
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise ResultsError(f"{p}: not an A/B session record ({e})") from None
+
+
+def judge_session(path: str | Path, threshold: float | str | None = None,
+                  confidence: float = CONFIDENCE) -> SessionVerdicts:
+    """Every pair of the session, every configuration against the first."""
+    record = load_session(path)
+    th = parse_fraction(threshold if threshold is not None else record.get("threshold", "10%"))
+    runs = [load_run(c["run"]) for c in record["configs"]]
+    per_round = record.get("repetitions", 1)
+    rounds = [_rounds(r.samples, per_round) for r in runs]
+    out = SessionVerdicts([c["name"] for c in record["configs"]], th)
+    for pair in record["pairs"]:
+        base_id = pair["cases"][0]
+        for k in range(1, len(runs)):
+            for key, base in rounds[0].get(base_id, {}).items():
+                cur = rounds[k].get(pair["cases"][k], {}).get(key)
+                if cur is None:
+                    continue
+                metric, better, axes = key
+                idx = sorted(set(base) | set(cur))
+                ratio = paired_ratio([base.get(r, math.nan) for r in idx],
+                                     [cur.get(r, math.nan) for r in idx], confidence)
+                change = judge(ratio, better, th)
+                point = " vs ".join(dict.fromkeys([base_id, pair["cases"][k]])) + \
+                    ("|" + axes if axes else "")
+                needed = rounds_needed(ratio, th) if change.verdict == INCONCLUSIVE else float(ratio.n_base)
+                out.verdicts.append(PairedVerdict(pair["index"], pair["benchmark"], metric, point,
+                                                  out.configs[k], change, ratio.n_base, needed))
+    return out
+
+
+def _rounds(samples: pd.DataFrame, per_round: int) -> dict[str, dict[tuple, dict[int, float]]]:
+    """case id -> (metric, better, axis values) -> round -> the median of its repetitions."""
+    if samples.empty:
+        return {}
+    reps = repetitions(samples)
+    axes = list(reps.attrs.get("axes", []))
+    reps = reps.assign(round=reps["repetition"] // max(per_round, 1))
+    keys = ["case_id", "metric", "better"] + axes
+    med = reps.groupby(keys + ["round"], dropna=False, sort=False)["value"].median().reset_index()
+    out: dict[str, dict[tuple, dict[int, float]]] = {}
+    for row in med.itertuples(index=False):
+        r = row._asdict()
+        text = ",".join(f"{a}={r[a]}" for a in axes if pd.notna(r[a]))
+        out.setdefault(r["case_id"], {}).setdefault((r["metric"], r["better"], text), {})[int(r["round"])] = \
+            float(r["value"])
+    return out
+
+
+def format_verdicts(v: SessionVerdicts) -> str:
+    """One line per point: ratio, interval, verdict, and what would decide it."""
+    ci_head = f"{CONFIDENCE:.0%} CI"
+    lines = [f"{'verdict':<12} {'ratio':>7} {ci_head:>17} {'MDE':>6}  point"]
+    for x in v.verdicts:
+        c = x.change
+        ci = f"[{c.lo:.3f}, {c.hi:.3f}]" if math.isfinite(c.lo) else "—"
+        mde = f"{c.mde:.1%}" if math.isfinite(c.mde) else "—"
+        tail = ""
+        if c.verdict == INCONCLUSIVE:
+            tail = (f"  (decided after ~{x.rounds_needed:.0f} rounds)" if math.isfinite(x.rounds_needed)
+                    else "  (at the threshold's edge: no number of rounds decides it)")
+        lines.append(f"{c.verdict:<12} {c.ratio:7.3f} {ci:>17} {mde:>6}  {x.config}: {x.point} "
+                     f"{x.metric}{tail}")
+    counts = v.counts()
+    lines.append(f"{len(v.verdicts)} points, {' vs '.join(v.configs)}, threshold {v.threshold:.0%}: "
+                 + ", ".join(f"{counts[k]} {k}" for k in VERDICTS))
+    return "\n".join(lines)

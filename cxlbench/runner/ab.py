@@ -1,0 +1,297 @@
+"""`cxlbench ab`: two or more configurations measured interleaved, in one session.
+
+On a shared machine whole runs drift with the other tenants by more than the
+differences worth finding, so two runs taken one after the other cannot be told
+apart. Measured interleaved — each case's processes for every configuration back
+to back, the configurations in a fresh random order each round (Abedi & Brecht's
+randomized multiple interleaved trials) — the drift falls on both sides of each
+round alike, and the per-round ratio of the two sides cancels it. Never both
+sides at once: on a small machine they would share the DRAM and caches they
+measure.
+
+A configuration is a named option set, from a TOML file:
+
+    suite = "quick"               # a suite name or a .toml path
+    rounds = 5                    # default: the suite's repetitions
+    repetitions = 1               # per process, i.e. per round and configuration
+    threshold = "10%"
+    benchmarks = ["latency"]      # optional: only these families of the suite
+
+    [[config]]
+    name = "4k"
+    set = { page = ["4k"] }       # settings for every table whose family has the key
+
+    [[config]]
+    name = "thp"
+    set = { page = ["thp"] }
+    tier = ["cxl=node:1"]         # tier declarations
+    env = { OMP_NUM_THREADS = "1" }   # environment of its worker processes
+    before = "echo always > /sys/kernel/mm/transparent_hugepage/enabled"   # before each turn
+    python = "/opt/other/.venv/bin/python"   # another cxlbench installation or C build
+
+Each configuration's cases are paired with the other's by their place in the plan,
+so both must plan the same cases but for what `set` changes. The session writes
+one ordinary run per configuration (compare, report and gate read them) and
+ab.json beside them: the configurations, the pairing, and the order and time of
+every process. analysis.paired judges each pair on its per-round ratios.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing.spawn
+import os
+import random
+import subprocess
+import sys
+import time
+import tomllib
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from cxlbench.benchmarks import family
+from cxlbench.benchmarks.base import Env, Planned
+from cxlbench.benchmarks.spec import known_keys
+from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, CaseResult
+from cxlbench.results.store import RunWriter, atomic_write, now_iso, safe_name
+from cxlbench.runner import processes
+from cxlbench.runner.progress import Progress
+from cxlbench.runner.run import RunConfig, build_env, measure_slice, native_built, open_writer, plan_suite
+from cxlbench.runner.suite import SuiteError, load_suite
+
+AB_JSON = "ab.json"
+CONFIG_KEYS = {"name", "set", "tier", "env", "before", "python"}
+SESSION_KEYS = {"suite", "rounds", "repetitions", "threshold", "benchmarks", "seed", "config"}
+
+
+@dataclass
+class Config:
+    """One side of the comparison."""
+    name: str
+    set: dict[str, Any] = field(default_factory=dict)
+    tier: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    before: str = ""
+    python: str = ""
+
+
+@dataclass
+class Session:
+    suite: str
+    configs: list[Config]
+    rounds: int | None = None
+    repetitions: int = 1
+    threshold: str = "10%"
+    benchmarks: list[str] | None = None
+    seed: int | None = None
+    path: str = ""
+
+
+def load_session(path: str | Path) -> Session:
+    """The session a file describes; SuiteError (one line) for anything it can't honour."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise SuiteError(f"{p}: no such A/B file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SuiteError(f"{p}: not valid TOML ({e})") from None
+    _known(data, SESSION_KEYS, str(p))
+    configs = data.get("config")
+    if not isinstance(configs, list) or len(configs) < 2:
+        raise SuiteError(f"{p}: an A/B needs at least two [[config]] tables")
+    out = []
+    for i, c in enumerate(configs):
+        where = f"{p}, [[config]] {i + 1}"
+        _known(c, CONFIG_KEYS, where)
+        if not isinstance(c.get("name"), str) or not c["name"]:
+            raise SuiteError(f"{where}: a configuration needs a name")
+        tier = c.get("tier", [])
+        tier = [tier] if isinstance(tier, str) else tier
+        if not isinstance(c.get("set", {}), dict) or not isinstance(c.get("env", {}), dict):
+            raise SuiteError(f"{where}: set and env are tables (set = {{ page = [\"thp\"] }})")
+        out.append(Config(c["name"], dict(c.get("set", {})), list(tier),
+                          {k: str(v) for k, v in c.get("env", {}).items()}, str(c.get("before", "")),
+                          str(c.get("python", ""))))
+    names = [c.name for c in out]
+    if len(set(names)) != len(names):
+        raise SuiteError(f"{p}: configuration names must differ: {', '.join(names)}")
+    rounds = data.get("rounds")
+    if rounds is not None and (not isinstance(rounds, int) or rounds < 2):
+        raise SuiteError(f"{p}: rounds = {rounds!r}: at least 2 (each round gives one paired ratio)")
+    return Session(str(data.get("suite", "quick")), out, rounds, int(data.get("repetitions", 1)),
+                   str(data.get("threshold", "10%")), data.get("benchmarks"), data.get("seed"), str(p))
+
+
+def _known(table: dict, keys: set[str], where: str) -> None:
+    unknown = sorted(set(table) - keys)
+    if unknown:
+        raise SuiteError(f"{where}: unknown key {unknown[0]!r}; known: {', '.join(sorted(keys))}")
+
+
+# ---- planning each side --------------------------------------------------------------------
+
+@dataclass
+class Side:
+    config: Config
+    env: Env
+    planned: list[Planned]
+    turn_s: list[float]                  # estimated seconds of one turn of each case
+    writer: RunWriter | None = None
+    results: dict[int, CaseResult] = field(default_factory=dict)
+
+
+def configured_suite(session: Session, config: Config) -> dict[str, Any]:
+    """The session's suite with the configuration's settings in every table whose
+    family knows the key, and only the benchmarks asked for."""
+    suite = load_suite(session.suite)
+    tables = [t for t in suite["benchmark"] if not session.benchmarks or t["name"] in session.benchmarks]
+    if not tables:
+        raise SuiteError(f"{session.path}: suite {suite['name']!r} has none of the benchmarks "
+                         f"{', '.join(session.benchmarks or [])}")
+    used = set()
+    out = []
+    for t in tables:
+        known = set(known_keys(family(t["name"]).Spec))
+        keys = {k: v for k, v in config.set.items() if k in known}
+        used |= set(keys)
+        out.append({**t, **keys})
+    unused = sorted(set(config.set) - used)
+    if unused:
+        raise SuiteError(f"{session.path}: configuration {config.name!r}: no benchmark of the suite "
+                         f"has the key {unused[0]!r}")
+    return {**suite, "benchmark": out}
+
+
+def plan_sides(session: Session, rounds: int, root: str = "/") -> list[Side]:
+    """Each configuration's plan, a case's repetitions spread one process a round;
+    the plans must pair case by case."""
+    sides = []
+    for c in session.configs:
+        suite = configured_suite(session, c)
+        try:
+            env = build_env(root, c.tier, suite)
+        except ValueError as e:
+            raise SuiteError(f"{session.path}: configuration {c.name!r}: {e}") from None
+        planned = plan_suite(suite, env)
+        turn_s = [p.estimate_s * session.repetitions / max(p.case.repetitions, 1) for p in planned]
+        for p in planned:
+            p.case = replace(p.case, repetitions=rounds * session.repetitions)
+        sides.append(Side(c, env, planned, turn_s))
+    first = sides[0]
+    for s in sides[1:]:
+        if [p.case.benchmark for p in s.planned] != [p.case.benchmark for p in first.planned]:
+            raise SuiteError(f"{session.path}: configurations {first.config.name!r} and "
+                             f"{s.config.name!r} plan different cases ({len(first.planned)} vs "
+                             f"{len(s.planned)}); each case is paired with the one at the same place")
+    return sides
+
+
+# ---- measuring -----------------------------------------------------------------------------
+
+def check_before(config: Config) -> None:
+    """A before-command that fails now would fail every turn: refuse the session."""
+    if config.before:
+        r = subprocess.run(config.before, shell=True, capture_output=True, text=True)
+        if r.returncode != 0:
+            why = (r.stderr or r.stdout).strip().splitlines()
+            raise SuiteError(f"configuration {config.name!r}: its before-command failed "
+                             f"(exit {r.returncode}{': ' + why[-1] if why else ''})")
+    if config.python and not os.access(config.python, os.X_OK):
+        raise SuiteError(f"configuration {config.name!r}: python {config.python!r} is not an executable")
+
+
+@contextmanager
+def applied(config: Config):
+    """The configuration's environment and interpreter for the worker started inside."""
+    saved = {k: os.environ.get(k) for k in config.env}
+    os.environ.update(config.env)
+    executable = multiprocessing.spawn.get_executable()
+    if config.python:
+        multiprocessing.spawn.set_executable(config.python)
+    try:
+        yield
+    finally:
+        multiprocessing.spawn.set_executable(executable)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_session(session: Session, out: str = "results", root: str = "/", label: str | None = None,
+                command: list[str] | None = None) -> Path:
+    """Measure every configuration interleaved; returns the session's directory."""
+    native_built()
+    for c in session.configs:
+        check_before(c)
+    rounds = session.rounds or int(load_suite(session.suite)["repetitions"])
+    sides = plan_sides(session, rounds, root)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    tag = label or "ab"
+    for s in sides:
+        cfg = RunConfig(session.suite, s.config.tier, f"{tag}-{s.config.name}", out, root,
+                        command=list(command or []))
+        s.writer = open_writer(cfg, s.env, s.planned, ab={"session": stamp, "config": s.config.name})
+    where = Path(out) / safe_name(sides[0].env.machine.hostname) / f"ab-{stamp}-{safe_name(tag)}"
+    where.mkdir(parents=True, exist_ok=False)
+    record = _record(session, sides, rounds)
+    rng = random.Random(session.seed)
+    steps = [(r, i) for r in range(rounds) for i in range(len(sides[0].planned))]
+    progress = Progress([sum(s.turn_s[i] for s in sides) for _, i in steps])
+    try:
+        for r, i in steps:
+            order = rng.sample(range(len(sides)), len(sides))
+            label_i = sides[0].planned[i].case.case_id + f" [round {r + 1}/{rounds}]"
+            progress.begin(label_i)
+            start = time.monotonic()
+            for k in order:
+                record["order"].append(_turn(sides[k], i, r, rounds, session.repetitions))
+            atomic_write(where / AB_JSON, json.dumps(record, indent=1).encode())
+            progress.end(label_i, "ok", time.monotonic() - start)
+    except KeyboardInterrupt:
+        sys.stderr.write("\ninterrupted: keeping the rounds that finished\n")
+        record["interrupted"] = True
+    finally:
+        progress.close()
+        record["ended"] = now_iso()
+        for s in sides:
+            s.writer.finish(PARTIAL if record.get("interrupted") else COMPLETE)
+            record["configs"][sides.index(s)]["run"] = str(s.writer.path)
+        atomic_write(where / AB_JSON, json.dumps(record, indent=1).encode())
+    return where
+
+
+def _record(session: Session, sides: list[Side], rounds: int) -> dict[str, Any]:
+    return {"started": now_iso(), "file": session.path, "suite": session.suite, "rounds": rounds,
+            "repetitions": session.repetitions, "threshold": session.threshold, "seed": session.seed,
+            "configs": [{"name": s.config.name, "set": s.config.set, "tier": s.config.tier,
+                         "env": s.config.env, "before": s.config.before, "python": s.config.python,
+                         "run": str(s.writer.path)} for s in sides],
+            "pairs": [{"index": i, "benchmark": p.case.benchmark,
+                       "cases": [s.planned[i].case.case_id for s in sides]}
+                      for i, p in enumerate(sides[0].planned)],
+            "order": []}
+
+
+def _turn(side: Side, i: int, r: int, rounds: int, reps: int) -> dict[str, Any]:
+    """Round r of case i on one side: its before-command, then one worker process."""
+    p = side.planned[i]
+    piece = processes.Slice(i, r, rounds, r * reps, reps, rounds * reps)
+    started, t0 = now_iso(), time.monotonic()
+    prev = side.results.get(i)
+    if prev is not None and processes.ended(prev):
+        return {"round": r, "case": i, "config": side.config.name, "started": started,
+                "seconds": 0.0, "status": prev.status}            # it ended in an earlier round
+    if side.config.before and subprocess.run(side.config.before, shell=True,
+                                             capture_output=True).returncode != 0:
+        part = CaseResult(p.case, FAILED, f"before-command failed in round {r + 1}")
+    else:
+        with applied(side.config):
+            part = measure_slice(p, side.env, None, piece, side.turn_s[i])
+    side.results[i] = processes.merge(prev, part, piece)
+    side.writer.add(side.results[i], part)
+    return {"round": r, "case": i, "config": side.config.name, "started": started,
+            "seconds": round(time.monotonic() - t0, 3), "status": part.status}

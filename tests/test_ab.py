@@ -1,0 +1,105 @@
+"""cxlbench ab: configurations measured interleaved — each case's process for every
+configuration back to back, in a random order each round — and each case judged on
+its per-round ratios; one ordinary run per configuration, and the pairing beside."""
+import json
+import math
+
+import pytest
+
+from cxlbench.analysis.paired import judge_session, paired_ratio, rounds_needed
+from cxlbench.cli.main import main
+from cxlbench.results.store import load_run
+from cxlbench.runner.ab import load_session, run_session
+
+
+def ab_file(tmp_path, configs: str, rounds: int = 4, modes=("ok",), extra: str = "") -> str:
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'repetitions = 3\n[[benchmark]]\nname = "fakes.family"\nmodes = {json.dumps(list(modes))}\n')
+    path = tmp_path / "ab.toml"
+    path.write_text(f'suite = "{suite}"\nrounds = {rounds}\nseed = 7\nthreshold = "5%"\n{extra}\n{configs}')
+    return str(path)
+
+
+TWO = '[[config]]\nname = "a"\n\n[[config]]\nname = "b"\n'
+
+
+def test_each_round_runs_every_configuration_once_in_a_random_order(tmp_path):
+    where = run_session(load_session(ab_file(tmp_path, TWO, rounds=6, modes=["stamp", "ok"])),
+                        out=str(tmp_path / "r"))
+    record = json.loads((where / "ab.json").read_text())
+    turns = record["order"]
+    assert len(turns) == 6 * 2 * 2                      # rounds x cases x configurations
+    for r in range(6):
+        for case in (0, 1):
+            mine = [t["config"] for t in turns if t["round"] == r and t["case"] == case]
+            assert sorted(mine) == ["a", "b"]           # both sides, back to back
+    firsts = {tuple(t["config"] for t in turns if t["round"] == r and t["case"] == 0) for r in range(6)}
+    assert len(firsts) == 2                             # the order is drawn afresh, not fixed
+    runs = [load_run(c["run"]) for c in record["configs"]]
+    stamps = runs[0].samples[runs[0].samples.pid.notna()]
+    assert stamps.pid.nunique() == 6                    # one process a round
+    assert [r.meta["label"] for r in runs] == ["ab-a", "ab-b"] and all(r.status == "complete" for r in runs)
+
+
+def test_a_change_between_configurations_is_judged_on_paired_ratios(tmp_path):
+    configs = ('[[config]]\nname = "base"\nenv = { CXLBENCH_FAKE = "100" }\n\n'
+               '[[config]]\nname = "slow"\nenv = { CXLBENCH_FAKE = "110" }\n\n'
+               '[[config]]\nname = "same"\nenv = { CXLBENCH_FAKE = "100" }\n')
+    where = run_session(load_session(ab_file(tmp_path, configs, modes=["env"])), out=str(tmp_path / "r"))
+    verdicts = {v.config: v.change for v in judge_session(where).verdicts}
+    assert verdicts["slow"].verdict == "slower" and verdicts["slow"].ratio == pytest.approx(1.1)
+    assert verdicts["same"].verdict == "same" and verdicts["same"].ratio == pytest.approx(1.0)
+
+
+def test_settings_reach_every_table_whose_family_has_the_key(tmp_path):
+    configs = ('[[config]]\nname = "one"\nset = { level = 2.0 }\n\n'
+               '[[config]]\nname = "two"\nset = { level = 3.0 }\n')
+    where = run_session(load_session(ab_file(tmp_path, configs)), out=str(tmp_path / "r"))
+    [v] = judge_session(where).verdicts
+    assert v.change.ratio == pytest.approx(1.5) and "level=2.0" in v.point and "level=3.0" in v.point
+
+
+@pytest.mark.parametrize("configs, says", [
+    ('[[config]]\nname = "a"\n', "at least two"),
+    ('[[config]]\nname = "a"\ncolour = 1\n\n[[config]]\nname = "b"\n', "unknown key 'colour'"),
+    ('[[config]]\nname = "a"\nset = { pages = ["4k"] }\n\n[[config]]\nname = "b"\n', "has the key 'pages'"),
+    ('[[config]]\nname = "a"\nset = { level = "high" }\n\n[[config]]\nname = "b"\n', "level = 'high'"),
+    ('[[config]]\nname = "a"\nbefore = "false"\n\n[[config]]\nname = "b"\n', "before-command failed"),
+    ('[[config]]\nname = "a"\n\n[[config]]\nname = "a"\n', "must differ"),
+])
+def test_a_configuration_that_cannot_be_honoured_exits_2_in_one_line(tmp_path, capsys, configs, says):
+    code = main(["ab", ab_file(tmp_path, configs), "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_failure_in_the_middle_keeps_everything_measured_so_far(tmp_path, capsys):
+    count = tmp_path / "turns"
+    before = f"echo x >> {count}; test $(wc -l < {count}) -le 3"      # fails from its 4th turn
+    configs = f'[[config]]\nname = "a"\n\n[[config]]\nname = "b"\nbefore = "{before}"\n'
+    code = main(["ab", ab_file(tmp_path, configs, rounds=5), "--out", str(tmp_path / "r")])
+    out = capsys.readouterr().out
+    assert code == 0 and "session:" in out
+    record = json.loads(next((tmp_path / "r").glob("*/ab-*/ab.json")).read_text())
+    a, b = (load_run(c["run"]) for c in record["configs"])
+    assert len(a.samples) == 5 and len(b.samples) == 2                # b's first two rounds are kept
+    assert b.meta["cases"][0]["status"] == "failed" and "before-command failed in round 3" in \
+        b.meta["cases"][0]["reason"]
+    assert "same" in out                                              # judged on the two rounds it has
+
+
+def test_paired_ratio_is_the_geometric_mean_with_a_t_interval():
+    r = paired_ratio([100, 200, 50, 100], [110, 220, 55, 110])      # the same 10% in every round
+    assert r.ratio == pytest.approx(1.1) and r.lo == pytest.approx(1.1) and r.df == 3
+    noisy = paired_ratio([100, 100, 100, 100], [104, 112, 106, 118])
+    assert noisy.lo < noisy.ratio < noisy.hi and noisy.n_base == 4
+    assert math.isnan(paired_ratio([1.0], [2.0]).lo)                 # one round: no interval
+
+
+def test_rounds_needed_grow_as_the_ratio_nears_the_threshold():
+    far = paired_ratio([100] * 4, [99, 102, 100, 101])               # ~0.5% against a 10% threshold
+    near = paired_ratio([100] * 4, [102, 110, 98, 113])              # ~6%, as noisy
+    edge = paired_ratio([100] * 4, [104, 112, 100, 115])             # ~8%: by the 10% edge
+    assert rounds_needed(far, 0.10) == 2                              # decided already
+    assert 4 < rounds_needed(near, 0.10) < rounds_needed(edge, 0.10) < math.inf
