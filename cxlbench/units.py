@@ -100,3 +100,20 @@ def tier_order(name: str) -> tuple:
     kind = re.match(r"[a-z]+", str(name))
     rank = TIER_KINDS.index(kind.group(0)) if kind and kind.group(0) in TIER_KINDS else len(TIER_KINDS)
     return (rank, natural_key(name))
+
+
+def parse_fraction(value: Any, where: str = "threshold") -> float:
+    """0.05, "5%", "0.05" → 0.05. Must lie in (0, 1)."""
+    try:
+        if isinstance(value, str):
+            text = value.strip()
+            v = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        elif isinstance(value, bool):
+            raise TypeError
+        else:
+            v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {value!r} is not a fraction (write 0.05 or \"5%\")") from None
+    if not 0 < v < 1:
+        raise ValueError(f"{where}: {value!r} must lie between 0 and 100%")
+    return v

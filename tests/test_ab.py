@@ -103,3 +103,16 @@ def test_rounds_needed_grow_as_the_ratio_nears_the_threshold():
     edge = paired_ratio([100] * 4, [104, 112, 100, 115])             # ~8%: by the 10% edge
     assert rounds_needed(far, 0.10) == 2                              # decided already
     assert 4 < rounds_needed(near, 0.10) < rounds_needed(edge, 0.10) < math.inf
+
+
+def test_pairs_get_rounds_until_their_ratio_is_as_precise_as_asked(tmp_path):
+    from cxlbench.analysis.paired import imprecise_pairs
+    configs = '[[config]]\nname = "a"\n\n[[config]]\nname = "b"\n'
+    extra = 'precision = "1%"\nmax_rounds = 9'
+    path = ab_file(tmp_path, configs, rounds=3, modes=["jitter", "ok"], extra=extra)
+    where = run_session(load_session(path), out=str(tmp_path / "r"), imprecise=imprecise_pairs)
+    record = json.loads((where / "ab.json").read_text())
+    rounds = {i: len({t["round"] for t in record["order"] if t["case"] == i}) for i in (0, 1)}
+    assert rounds[1] == 3                      # "ok" measures the same value each time: precise at once
+    assert rounds[0] == 9                      # 3% per process: far from ±1% in 9 rounds
+    assert record["extra"] == {"precision": 0.01, "rounds": {"0": 6}, "stopped": "the cap of 9 rounds"}

@@ -207,3 +207,33 @@ def test_a_tight_threshold_does_not_make_ordinary_noise_unstable():
     slower = Change(1.05, 1.03, 1.07, "slower", 0.02, 0.01, "lower", 5, 5)
     two_percent = [100.0, 102.5, 98.1, 101.2, 97.6]          # 10-90% spread ~1.04
     assert discount_instability(slower, two_percent, two_percent).verdict == "slower"
+
+
+def test_repetitions_needed_to_decide_grow_with_noise_and_closeness_to_the_threshold():
+    needed = stats.repetitions_needed
+    rng = np.random.default_rng(3)
+    base = 100 * np.exp(rng.normal(0, 0.05, 5))
+    close = 100 * np.exp(rng.normal(0.07, 0.05, 5))           # ~7% against a 10% threshold
+    far = 100 * np.exp(rng.normal(0.0, 0.05, 5))
+    assert needed(base, far, 0.10) < needed(base, close, 0.10) < math.inf
+    noisier = 100 * np.exp(rng.normal(0.0, 0.15, 5))
+    assert needed(base, noisier, 0.10) > needed(base, far, 0.10)
+
+
+def test_run_to_run_noise_wider_than_the_margin_cannot_be_decided_by_repetitions():
+    base, cur = [100, 101, 99, 100, 102], [104, 105, 103, 104, 106]   # ~4% against 10%: 6% margin
+    assert math.isfinite(stats.repetitions_needed(base, cur, 0.10, run_noise=0.01))
+    assert stats.repetitions_needed(base, cur, 0.10, run_noise=0.05) == math.inf   # only ab decides
+
+
+def test_an_inconclusive_comparison_says_what_would_decide_it(tmp_path):
+    from cxlbench.analysis import compare, format_comparison
+    rng = np.random.default_rng(5)
+    runs = [syn.write_run(tmp_path, syn.suite_results(rng, noise=0.08, tiers=("ddr0",), loaded=False,
+                                                      extras=False)) for _ in range(2)]
+    cmp = compare(runs, threshold="5%")
+    inc = cmp.rows[cmp.rows.verdict == "inconclusive"]
+    assert len(inc) and inc["needed"].notna().all()
+    text = format_comparison(cmp)
+    assert "to decide" in text and ("reps" in text or " ab" in text)
+    assert "only the two sides measured interleaved (cxlbench ab) decide" in text

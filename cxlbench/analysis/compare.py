@@ -19,7 +19,8 @@ import pandas as pd
 
 from cxlbench.analysis import machine as machine_mod
 from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discount_instability,
-                                     discount_interference, judge, ratio_ci)
+                                     discount_interference, judge, ratio_ci,
+                                     repetitions_needed)
 from cxlbench.analysis.reduction import axis_columns, point_id, points, repetitions
 from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, load_thresholds
 from cxlbench.results.store import Run, load_run
@@ -212,7 +213,7 @@ class Comparison:
 ROW_COLUMNS = ["key", "run", "benchmark", "metric", "unit", "better", "label", "target_slot",
                "target_base", "target", "point_base", "point", "case_id", "base_n", "base_median",
                "base_lo", "base_hi", "n", "median", "lo_value", "hi_value", "ratio", "lo", "hi",
-               "verdict", "mde", "threshold", "se_log", "df", "note"]
+               "verdict", "mde", "threshold", "se_log", "df", "note", "needed"]
 
 
 def _labels(pts: pd.DataFrame) -> dict[str, str]:
@@ -311,6 +312,8 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
             note = ch.note
             if str(r["better_c"]) != better:
                 ch, note = judge(ratio_ci([], []), better, thr), "the runs disagree on the direction"
+            needed = repetitions_needed(bv, cv, thr, confidence, th.noise_for(bench)) \
+                if ch.verdict == INCONCLUSIVE and not note else math.nan
             rows.append({"key": r["key"], "run": i, "benchmark": bench, "metric": metric,
                          "unit": r["unit_b"], "better": better, "target_slot": r["target_slot_b"],
                          "target_base": r["target_b"], "target": r["target_c"], "point_base": r["point_b"],
@@ -319,7 +322,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
                          "n": int(r["n_c"]), "median": r["median_c"], "lo_value": r["lo_c"],
                          "hi_value": r["hi_c"], "ratio": ch.ratio, "lo": ch.lo, "hi": ch.hi,
                          "verdict": ch.verdict, "mde": ch.mde, "threshold": thr, "se_log": rat.se_log,
-                         "df": rat.df, "note": note})
+                         "df": rat.df, "note": note, "needed": needed})
     labels = _labels(pts) if not pts.empty else {}
     frame = pd.DataFrame(rows, columns=[c for c in ROW_COLUMNS if c != "label"])
     frame.insert(6, "label", [labels.get(k, k) for k in frame["key"]])
@@ -339,6 +342,13 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
 # ------------------------------------------------------------------ terminal text
 
 fmt_num = format_number
+
+
+def fmt_needed(n: float) -> str:
+    """How many repetitions per run would decide an inconclusive case, or 'ab'."""
+    if n is None or not math.isfinite(n):
+        return "ab"
+    return f"~{n:.0f} reps"
 
 
 def fmt_change(ratio: float) -> str:
@@ -403,7 +413,7 @@ def format_comparison(cmp: Comparison, *, verdicts: Iterable[str] | None = None,
         headers = ["case", f"{cmp.runs[0].name}"]
         table, notes = [], []
         for i in sorted(grp["run"].unique()):
-            headers += [cmp.runs[i].name, "change", f"{cmp.confidence:.0%} CI", "verdict", "MDE"]
+            headers += [cmp.runs[i].name, "change", f"{cmp.confidence:.0%} CI", "verdict", "MDE", "to decide"]
         for key, kg in grp.groupby("key", sort=False):
             first = kg.iloc[0]
             label = first["label"]
@@ -415,18 +425,23 @@ def format_comparison(cmp: Comparison, *, verdicts: Iterable[str] | None = None,
                 flag = "*" if r["note"] else ""
                 cells += [fmt_num(r["median"]), fmt_change(r["ratio"]), fmt_ci_change(r["lo"], r["hi"]),
                           SYMBOL.get(r["verdict"], r["verdict"]) + flag,
-                          fmt_pct(r["mde"]) if r["verdict"] in ("same", INCONCLUSIVE) else ""]
+                          fmt_pct(r["mde"]) if r["verdict"] in ("same", INCONCLUSIVE) else "",
+                          fmt_needed(r["needed"]) if r["verdict"] == INCONCLUSIVE else ""]
                 if flag:
                     notes.append(f"  * {label}: {r['note']}")
             table.append(cells)
         if limit is not None and len(table) > limit:
             extra = len(table) - limit
             table = table[:limit] + [[f"… {extra} more"] + [""] * (len(headers) - 1)]
-        right = {1} | {i for i in range(2, len(headers)) if (i - 2) % 5 in (0, 1, 2, 4)}
+        right = {1} | {i for i in range(2, len(headers)) if (i - 2) % 6 in (0, 1, 2, 4, 5)}
         out += _table(headers, table, right) + notes[:limit or len(notes)]
     counts = cmp.counts()
     out.append("")
     out.append("Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    if counts.get(INCONCLUSIVE):
+        out.append("To decide: the repetitions per run after which the interval would clear the "
+                   "threshold, if medians and spread held; 'ab': the run-to-run noise alone is wider "
+                   "than the margin, and only the two sides measured interleaved (cxlbench ab) decide.")
     if not cmp.unmatched.empty:
         out.append(f"Unmatched ({len(cmp.unmatched)}):")
         for _, u in cmp.unmatched.head(limit or 20).iterrows():

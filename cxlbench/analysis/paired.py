@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis.reduction import repetitions
-from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, Change, Ratio, judge,
-                                     t_quantile)
+from cxlbench.analysis.stats import (CONFIDENCE, HELD_MIN, INCONCLUSIVE, VERDICTS, Change, Ratio,
+                                     judge, smallest_n, t_quantile)
 from cxlbench.analysis.thresholds import parse_fraction
 from cxlbench.results.store import ResultsError, load_run
 
@@ -87,10 +87,7 @@ def rounds_needed(ratio: Ratio, threshold: float) -> float:
         return float(ratio.n_base)
     if dist <= 0:
         return math.inf
-    for n in range(2, 100_000):
-        if t_quantile(1 - (1 - ratio.confidence) / 2, n - 1) * s / math.sqrt(n) < dist:
-            return float(n)
-    return math.inf
+    return smallest_n(lambda n: t_quantile(1 - (1 - ratio.confidence) / 2, n - 1) * s / math.sqrt(n) < dist)
 
 
 def load_session(path: str | Path) -> dict[str, Any]:
@@ -132,9 +129,13 @@ def judge_session(path: str | Path, threshold: float | str | None = None,
 
 
 def _rounds(samples: pd.DataFrame, per_round: int) -> dict[str, dict[tuple, dict[int, float]]]:
-    """case id -> (metric, better, axis values) -> round -> the median of its repetitions."""
+    """case id -> (metric, better, axis values) -> round -> the median of its repetitions.
+    A repetition whose threads held their CPUs less than HELD_MIN of its time is left
+    out (someone else's time would be in it), and with it that round of the pair."""
     if samples.empty:
         return {}
+    if "cpu_held" in samples.columns:
+        samples = samples[~(samples["cpu_held"] < HELD_MIN)]
     reps = repetitions(samples)
     axes = list(reps.attrs.get("axes", []))
     reps = reps.assign(round=reps["repetition"] // max(per_round, 1))
@@ -146,6 +147,19 @@ def _rounds(samples: pd.DataFrame, per_round: int) -> dict[str, dict[tuple, dict
         text = ",".join(f"{a}={r[a]}" for a in axes if pd.notna(r[a]))
         out.setdefault(r["case_id"], {}).setdefault((r["metric"], r["better"], text), {})[int(r["round"])] = \
             float(r["value"])
+    return out
+
+
+def imprecise_pairs(path: str | Path, precision: float) -> set[int]:
+    """The pairs of a session (measured so far) with a point whose ratio is not yet
+    known to within ±precision: its interval's half-width, relative, is wider (or
+    there is no interval yet). The session runner gives them another round."""
+    out = set()
+    for v in judge_session(path).verdicts:
+        c = v.change
+        half = math.sqrt(c.hi / c.lo) - 1 if math.isfinite(c.lo) and c.lo > 0 else math.inf
+        if not half <= precision:
+            out.add(v.index)
     return out
 
 

@@ -9,6 +9,7 @@ statistics that follow see one value per repetition and never pool.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -167,3 +168,23 @@ def rep_values(reps: pd.DataFrame) -> dict[tuple, np.ndarray]:
                           "metric": reps["metric"].to_numpy(), "value": reps["value"].to_numpy(float)})
     return {(r, p, m): grp["value"].to_numpy() for (r, p, m), grp in
             frame.groupby(["run_id", "point", "metric"], sort=False)}
+
+
+def precision(pts: pd.DataFrame) -> pd.Series:
+    """Each point's precision: the half-width of its median's confidence interval
+    relative to the median (NaN with fewer than 2 repetitions, or a median of 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = (pts["hi"] - pts["lo"]) / 2 / pts["median"].abs()
+    return p.where((pts["n"] >= 2) & np.isfinite(p))
+
+
+def case_precision(result: Any) -> float:
+    """How precise a case's figures are so far (a CaseResult's samples): the worst
+    of its points' precisions; NaN when no point can say yet. The runner asks it to
+    decide whether a case needs another process (adaptive repetitions)."""
+    rows = [{"run_id": "", "case_id": "", "metric": s.metric, "value": s.value,
+             "repetition": s.repetition, **s.params} for s in result.samples]
+    if not rows:
+        return math.nan
+    p = precision(points(repetitions(pd.DataFrame(rows))))
+    return float(p.max()) if p.notna().any() else math.nan

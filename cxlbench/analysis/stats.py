@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
 from statistics import NormalDist
+from typing import Callable
 
 import numpy as np
 
@@ -359,6 +360,44 @@ def minimum_detectable_effect(se_log: float, df: float, threshold: float,
         return math.inf
     margin = (t_quantile(1 - (1 - confidence) / 2, df) + _Z.inv_cdf(power)) * se_log
     return (1.0 + threshold) * math.exp(margin) - 1.0
+
+
+def repetitions_needed(baseline, current, threshold: float, confidence: float = CONFIDENCE,
+                       run_noise: float = 0.0) -> float:
+    """Repetitions per run after which the interval of current/baseline would clear
+    the nearer edge of [1 − threshold, 1 + threshold] — deciding the case — if the
+    runs' medians and spreads stayed as measured. inf when no number of repetitions
+    would: the ratio sits on the edge, or the run-to-run noise alone (which more
+    repetitions of the same two runs do not shrink) is wider than the margin; only
+    measuring the two sides interleaved (cxlbench ab) decides those."""
+    b, c = clean(baseline), clean(current)
+    if b.size < 2 or c.size < 2 or (b <= 0).any() or (c <= 0).any():
+        return math.inf
+    lb, lc = np.log(b), np.log(c)
+    d = float(lc.mean() - lb.mean())
+    margin = min(abs(d - math.log1p(threshold)), abs(d - math.log1p(-threshold)))
+    within = float(lb.var(ddof=1) + lc.var(ddof=1))          # per repetition, both runs
+    tq = lambda n: t_quantile(1 - (1 - confidence) / 2, 2 * n - 2)  # noqa: E731
+    if margin <= 0 or tq(10_000) * math.sqrt(2) * run_noise >= margin:
+        return math.inf
+    return smallest_n(lambda n: tq(n) * math.sqrt(within / n + 2 * run_noise ** 2) < margin)
+
+
+def smallest_n(enough: Callable[[int], bool], first: int = 2, limit: int = 1_000_000) -> float:
+    """The smallest n >= first for which enough(n) holds, for a condition that,
+    once it holds, holds for every larger n (an interval narrowing with n); inf
+    when not even `limit` is enough. Doubling, then bisection: ~40 evaluations."""
+    if enough(first):
+        return float(first)
+    lo, hi = first, first * 2
+    while not enough(hi):
+        if hi >= limit:
+            return math.inf
+        lo, hi = hi, min(hi * 2, limit)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return float(hi)
 
 
 def compare_values(baseline, current, better: str, threshold: float,

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cxlbench import units
+
 DEFAULT_THRESHOLD = 0.05
 #: The project's checked-in example, calibrated on our 2-core VMs (see docs/gating.md).
 EXAMPLE_FILE = Path(__file__).with_name("thresholds.toml")
@@ -35,20 +37,11 @@ class ThresholdError(ValueError):
 
 
 def parse_fraction(value: Any, where: str = "threshold") -> float:
-    """0.05, "5%", "0.05" → 0.05. Must lie in (0, 1)."""
+    """0.05, "5%", "0.05" → 0.05 (units.parse_fraction), a ThresholdError otherwise."""
     try:
-        if isinstance(value, str):
-            text = value.strip()
-            v = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-        elif isinstance(value, bool):
-            raise TypeError
-        else:
-            v = float(value)
-    except (TypeError, ValueError):
-        raise ThresholdError(f"{where}: {value!r} is not a fraction (write 0.05 or \"5%\")") from None
-    if not 0 < v < 1:
-        raise ThresholdError(f"{where}: {value!r} must lie between 0 and 100%")
-    return v
+        return units.parse_fraction(value, where)
+    except ValueError as e:
+        raise ThresholdError(str(e)) from None
 
 
 @dataclass

@@ -114,7 +114,8 @@ class Planned:
     estimate_s: float = 1.0          # expected wall time, for progress and budget
     processes: int = 1               # workers the repetitions are spread over (the runner sets it)
     family: str = ""                 # how the runner found the family (registry key or module path)
-    spec: Spec | None = None         # the table it was planned from (the runner sets both)
+    spec: Spec | None = None         # the table it was planned from (the runner sets these)
+    one_process: bool = False        # the family's ONE_PROCESS: never another process
 
 
 @dataclass

@@ -42,6 +42,11 @@ class Spec:
     min_sample_s: float = 0.2        # each timed native run lasts at least this long
     case_timeout_s: float = 600
     time_budget_s: float = 0         # 0: no budget
+    # Adaptive repetitions: more processes until the confidence interval of each
+    # median is within this fraction of it (0: off), at most max_repetitions
+    # (0: four times `repetitions`) or until the time budget ends.
+    precision: float = 0
+    max_repetitions: int = 0
 
     def settings(self) -> dict[str, Any]:
         """The resolved settings by suite key."""

@@ -43,7 +43,7 @@ def doctor(root: str = "/") -> int:
 def run(suite: str = "quick", declarations: list[str] = (), label: str | None = None,
         out: str = "results", root: str = "/", budget: float | None = None,
         list_only: bool = False, command: list[str] = (), with_report: bool = True,
-        find_max: bool = False) -> int:
+        find_max: bool = False, precision: str | None = None) -> int:
     from cxlbench.cli.tier_table import tier_summary
     from cxlbench.results.store import load_run
     from cxlbench.runner.run import RunConfig, prepare, run as run_suite
@@ -51,8 +51,16 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
     out_path = Path(out)
     if out_path.exists() and not out_path.is_dir():
         raise UserError(f"--out {out} is a file, not a results directory")
+    from cxlbench.analysis import ThresholdError
+    from cxlbench.analysis.reduction import case_precision
+    from cxlbench.analysis.thresholds import parse_fraction
+    try:
+        target = parse_fraction(precision, "--precision") if precision is not None else None
+    except ThresholdError as e:
+        raise UserError(str(e)) from None
     config = RunConfig(suite, list(declarations), label, out, root, command=list(command),
-                       time_budget_s=budget, find_max=find_max)
+                       time_budget_s=budget, find_max=find_max, precision=target,
+                       precision_of=case_precision)
     try:
         if list_only:                 # the plan `run` would measure, planned the same way
             shown = set()
@@ -120,14 +128,14 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
     import json
 
     from cxlbench.analysis import ThresholdError
-    from cxlbench.analysis.paired import format_verdicts, judge_session
+    from cxlbench.analysis.paired import format_verdicts, imprecise_pairs, judge_session
     from cxlbench.runner.ab import load_session, run_session
     if (file is None) == (judge is None):
         raise UserError("ab needs an A/B file to measure, or --judge SESSION to judge one measured before")
     if file is not None:
         session = load_session(file)
         try:
-            judge = str(run_session(session, out, root, label, list(command)))
+            judge = str(run_session(session, out, root, label, list(command), imprecise_pairs))
         except ValueError as e:
             raise UserError(str(e)) from None
     try:

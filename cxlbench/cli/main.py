@@ -65,13 +65,16 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="results", help="results directory (default: results/)")
     r.add_argument("--budget", type=seconds, help="time budget in seconds (overrides the suite's)")
     r.add_argument("--list", action="store_true", help="print the plan and exit")
+    r.add_argument("--precision", metavar="FRACTION",
+                   help="add repetitions until each median's confidence interval is within this "
+                        "(e.g. 5%%), or the time budget ends")
     r.add_argument("--find-max", action="store_true",
                    help="training: the largest model config that fits each placement")
     tiers(r)
     r.add_argument("--no-report", action="store_true", help="don't render the HTML report")
     r.set_defaults(func=lambda a: commands.run(
         a.suite, a.tier, a.label, a.out, a.root, a.budget, a.list, sys.argv, not a.no_report,
-        a.find_max))
+        a.find_max, a.precision))
 
     rp = sub.add_parser("report", help="render runs as one self-contained HTML file")
     rp.add_argument("runs", nargs="*", help="run directories (default: the newest under results/)")

@@ -30,4 +30,30 @@ def tier_summary(samples: pd.DataFrame, meta: dict[str, Any]) -> str:
                 for h in fam.get("headlines") or [] if fam["name"] in set(samples["benchmark"]))
     over = "repetitions (training: steady steps)" if steps else "repetitions"
     lines.append(f"median [min-max] over {over}; GB/s = 10^9 bytes/s")
+    lines.extend(precision_lines(meta))
     return "\n".join(lines)
+
+
+def precision_lines(meta: dict[str, Any]) -> list[str]:
+    """How precise the run's medians came out (each case's worst point: the half-width
+    of the median's 95% interval relative to it), and, where a target was asked,
+    how many cases reached it and why the others stopped."""
+    found = [(c["case_id"], c["info"]["precision"]) for c in meta.get("cases") or []
+             if isinstance((c.get("info") or {}).get("precision"), dict)]
+    known = [(cid, p) for cid, p in found if p.get("achieved") is not None]
+    if not known:
+        return []
+    worst_id, worst = max(known, key=lambda kp: kp[1]["achieved"])
+    values = sorted(p["achieved"] for _, p in known)
+    line = (f"precision of the medians (95% interval): median ±{values[len(values) // 2]:.1%}, "
+            f"worst ±{worst['achieved']:.1%} ({worst_id})")
+    targets = [p for _, p in found if "target" in p]
+    if not targets:
+        return [line]
+    stops: dict[str, int] = {}
+    for p in targets:
+        stops[p["stop"]] = stops.get(p["stop"], 0) + 1
+    reached = stops.pop("reached", 0)
+    why = "; ".join(f"{n} stopped at {s}" for s, n in sorted(stops.items()))
+    return [line, f"target ±{targets[0]['target'] * 100:g}%: {reached} of {len(targets)} cases reached it"
+            + (f"; {why}" if why else "")]

@@ -17,6 +17,7 @@ import pandas as pd
 from cxlbench.analysis import machine as machine_mod
 from cxlbench.analysis.compare import fmt_num, params_text
 from cxlbench.analysis.headlines import Figure
+from cxlbench.analysis.reduction import precision
 from cxlbench.analysis.stats import ratio_ci
 from cxlbench.report.plots import MARKERS, PALETTE, STYLES, Chart, Series, render
 from cxlbench.units import format_count, format_cpulist, format_param, format_size, tier_order
@@ -299,7 +300,7 @@ def requested_params(metas: Iterable[dict], benchmark: str, axes: Iterable[str] 
 
 def _params(frame: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[str]:
     skip = set(NO_PARAM) | {"point", "n", "median", "lo", "hi", "coverage", "min", "max", "rcv",
-                            "n_inner", "run_id", "case_id", "metric", "benchmark", "initiator",
+                            "precision", "n_inner", "run_id", "case_id", "metric", "benchmark", "initiator",
                             "target", "tier_kind", "unit", "better", "huge_coverage", "steps"}
     cols = [c for c in frame.columns if c not in skip]
     if allowed is not None:
@@ -522,8 +523,10 @@ def _bar_chart(mp, family_title, metric, unit, params, maker, color_by, names) -
 
 def points_tables(fam: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """One table per metric: tier, the parameters that vary (and the page size
-    found, when it was not asked for), n, median with its interval, spread."""
+    found, when it was not asked for), n, median with its interval, the precision
+    that interval gives (its half-width relative to the median), spread."""
     tables = []
+    fam = fam.assign(precision=precision(fam))
     for metric, mp in fam.groupby("metric", sort=False):
         unit = str(mp["unit"].iloc[0])
         params = _varying(mp, _params(mp, allowed))
@@ -534,14 +537,15 @@ def points_tables(fam: pd.DataFrame, allowed: Iterable[str] | None = None) -> li
         mp = mp.sort_values(sort_cols, kind="stable")
         show_init = mp["initiator"].nunique() > 1
         headers = (["initiator"] if show_init else []) + ["tier"] + [param_header(p) for p in params] + \
-            ["n", f"median ({unit})", "95% CI", "spread"]
-        numeric_cols = set(range(len(headers) - 4, len(headers)))
+            ["n", f"median ({unit})", "95% CI", "precision", "spread"]
+        numeric_cols = set(range(len(headers) - 5, len(headers)))
         numeric_cols |= {i + (2 if show_init else 1) for i, p in enumerate(params) if _is_numeric(mp[p])}
         rows = []
         for _, r in mp.head(MAX_TABLE_ROWS).iterrows():
             rows.append(([r["initiator"]] if show_init else []) + [r["target"]] +
                         [param_value(p, r[p]) for p in params] +
                         [str(int(r["n"])), num(r["median"]), f"{num(r['lo'])}–{num(r['hi'])}",
+                         f"±{r['precision']:.1%}" if pd.notna(r["precision"]) else "—",
                          f"±{r['rcv'] * 100:.1f}%" if pd.notna(r["rcv"]) else "—"])
         tables.append({"metric": metric, "title": f"{metric_title(metric)} ({unit}, "
                                                   f"{mp['better'].iloc[0]} is better)",

@@ -107,6 +107,10 @@ class RunWriter:
         if rows:
             self._parts += 1
             _write_parquet(self.path / PARTS / f"{self._parts:06d}.parquet", _tidy(pd.DataFrame(rows)))
+        self.record(result)
+
+    def record(self, result: CaseResult) -> None:
+        """The case's entry in run.json (its status, reason, findings), no samples."""
         c = result.case
         entry = {
             "case_id": c.case_id, "benchmark": c.benchmark, "initiator": c.initiator,

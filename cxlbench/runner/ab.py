@@ -16,6 +16,9 @@ A configuration is a named option set, from a TOML file:
     repetitions = 1               # per process, i.e. per round and configuration
     threshold = "10%"
     benchmarks = ["latency"]      # optional: only these families of the suite
+    precision = "4%"              # optional: more rounds for a pair until its ratio is known
+    max_rounds = 20               #   to within this, at most this many rounds (default 4x),
+    budget_s = 540                #   while the session's time lasts
 
     [[config]]
     name = "4k"
@@ -48,11 +51,12 @@ import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cxlbench.benchmarks import family
 from cxlbench.benchmarks.base import Env, Planned
 from cxlbench.benchmarks.spec import known_keys
+from cxlbench.units import parse_fraction
 from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, CaseResult
 from cxlbench.results.store import RunWriter, atomic_write, now_iso, safe_name
 from cxlbench.runner import processes
@@ -62,7 +66,8 @@ from cxlbench.runner.suite import SuiteError, load_suite
 
 AB_JSON = "ab.json"
 CONFIG_KEYS = {"name", "set", "tier", "env", "before", "python"}
-SESSION_KEYS = {"suite", "rounds", "repetitions", "threshold", "benchmarks", "seed", "config"}
+SESSION_KEYS = {"suite", "rounds", "repetitions", "threshold", "benchmarks", "seed", "config",
+                "precision", "max_rounds", "budget_s"}
 
 
 @dataclass
@@ -86,6 +91,9 @@ class Session:
     benchmarks: list[str] | None = None
     seed: int | None = None
     path: str = ""
+    precision: float = 0.0           # 0: the fixed rounds only
+    max_rounds: int = 0              # 0: four times the fixed rounds
+    budget_s: float = 0.0            # 0: no limit on the extra rounds
 
 
 def load_session(path: str | Path) -> Session:
@@ -118,10 +126,19 @@ def load_session(path: str | Path) -> Session:
     if len(set(names)) != len(names):
         raise SuiteError(f"{p}: configuration names must differ: {', '.join(names)}")
     rounds = data.get("rounds")
+    for key in ("max_rounds", "budget_s", "repetitions"):
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))
+                            or data[key] <= 0):
+            raise SuiteError(f"{p}: {key} = {data[key]!r}: a positive number")
     if rounds is not None and (not isinstance(rounds, int) or rounds < 2):
         raise SuiteError(f"{p}: rounds = {rounds!r}: at least 2 (each round gives one paired ratio)")
+    try:
+        precision = parse_fraction(data["precision"], f"{p}: precision") if "precision" in data else 0.0
+    except ValueError as e:
+        raise SuiteError(str(e)) from None
     return Session(str(data.get("suite", "quick")), out, rounds, int(data.get("repetitions", 1)),
-                   str(data.get("threshold", "10%")), data.get("benchmarks"), data.get("seed"), str(p))
+                   str(data.get("threshold", "10%")), data.get("benchmarks"), data.get("seed"), str(p),
+                   precision, int(data.get("max_rounds", 0)), float(data.get("budget_s", 0)))
 
 
 def _known(table: dict, keys: set[str], where: str) -> None:
@@ -222,8 +239,13 @@ def applied(config: Config):
 
 
 def run_session(session: Session, out: str = "results", root: str = "/", label: str | None = None,
-                command: list[str] | None = None) -> Path:
-    """Measure every configuration interleaved; returns the session's directory."""
+                command: list[str] | None = None,
+                imprecise: Callable[[Path, float], set[int]] | None = None) -> Path:
+    """Measure every configuration interleaved; returns the session's directory.
+    With a precision asked, `imprecise(session_dir, precision)` names the pairs
+    whose ratio is not known well enough yet (the statistics live above the
+    runner; cxlbench ab hands in analysis.paired.imprecise_pairs): each gets
+    another round, until none does, max_rounds, or budget_s."""
     native_built()
     for c in session.configs:
         check_before(c)
@@ -241,16 +263,25 @@ def run_session(session: Session, out: str = "results", root: str = "/", label: 
     rng = random.Random(session.seed)
     steps = [(r, i) for r in range(rounds) for i in range(len(sides[0].planned))]
     progress = Progress([sum(s.turn_s[i] for s in sides) for _, i in steps])
+    cap = session.max_rounds or 4 * rounds
+    start = time.monotonic()
+
+    def one(r: int, i: int) -> None:
+        order = rng.sample(range(len(sides)), len(sides))
+        label_i = sides[0].planned[i].case.case_id + f" [round {r + 1}]"
+        progress.begin(label_i)
+        t0 = time.monotonic()
+        for k in order:
+            record["order"].append(_turn(sides[k], i, r, cap, session.repetitions))
+        atomic_write(where / AB_JSON, json.dumps(record, indent=1).encode())
+        progress.end(label_i, "ok", time.monotonic() - t0)
+
     try:
         for r, i in steps:
-            order = rng.sample(range(len(sides)), len(sides))
-            label_i = sides[0].planned[i].case.case_id + f" [round {r + 1}/{rounds}]"
-            progress.begin(label_i)
-            start = time.monotonic()
-            for k in order:
-                record["order"].append(_turn(sides[k], i, r, rounds, session.repetitions))
-            atomic_write(where / AB_JSON, json.dumps(record, indent=1).encode())
-            progress.end(label_i, "ok", time.monotonic() - start)
+            one(r, i)
+        if session.precision and imprecise is not None:
+            record["extra"] = _extra_rounds(session, sides, where, imprecise, one, progress, rounds, cap,
+                                            lambda: time.monotonic() - start)
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted: keeping the rounds that finished\n")
         record["interrupted"] = True
@@ -262,6 +293,27 @@ def run_session(session: Session, out: str = "results", root: str = "/", label: 
             record["configs"][sides.index(s)]["run"] = str(s.writer.path)
         atomic_write(where / AB_JSON, json.dumps(record, indent=1).encode())
     return where
+
+
+def _extra_rounds(session: Session, sides: list[Side], where: Path, imprecise, one, progress,
+                  first: int, cap: int, elapsed) -> dict[str, Any]:
+    """Round after round for the pairs not yet precise, while rounds and time last."""
+    given: dict[int, int] = {}
+    stop = f"the cap of {cap} rounds"
+    for r in range(first, cap):
+        due = sorted(imprecise(where, session.precision))
+        if not due:
+            stop = f"every pair within ±{session.precision:.1%}"
+            break
+        for i in due:
+            need = sum(s.turn_s[i] for s in sides)
+            if session.budget_s and elapsed() + need > session.budget_s:
+                return {"precision": session.precision, "rounds": given,
+                        "stopped": f"the time budget of {session.budget_s:g} s"}
+            progress.add(need)
+            one(r, i)
+            given[i] = given.get(i, 0) + 1
+    return {"precision": session.precision, "rounds": given, "stopped": stop}
 
 
 def _record(session: Session, sides: list[Side], rounds: int) -> dict[str, Any]:

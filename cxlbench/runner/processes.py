@@ -11,7 +11,9 @@ case's samples come from P processes spread over the run's whole duration.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from typing import Callable, Iterator
 
 from cxlbench.results.schema import OK, SKIPPED, CaseResult
 
@@ -103,3 +105,67 @@ def merge(prev: CaseResult | None, part: CaseResult, piece: Slice) -> CaseResult
 def ended(result: CaseResult) -> bool:
     """No more processes for this case: it failed, was skipped, or was cut short."""
     return result.status != OK or "repetitions_measured" in result.info
+
+
+# ---- adaptive repetitions ------------------------------------------------------------
+
+def wants_more(p, result: CaseResult | None, precision: float) -> bool:
+    """A case is given another process while it asks for a precision it has not
+    reached, measured fine so far, and has repetitions left under its cap."""
+    if not p.spec or not p.spec.precision or p.one_process or p.skip or result is None or ended(result):
+        return False
+    return not precision <= p.spec.precision and len(_reps(result)) < cap(p)   # NaN: not known yet
+
+
+def cap(p) -> int:
+    return p.spec.max_repetitions or 4 * p.case.repetitions
+
+
+def _reps(result: CaseResult) -> set[int]:
+    return {s.repetition for s in result.samples}
+
+
+def adaptive(planned: list, results: dict[int, CaseResult], precision_of: Callable[[CaseResult], float],
+             left: Callable[[], float | None], progress) -> Iterator[tuple[Slice, float]]:
+    """After the planned passes: pass after pass, one more process for each case
+    whose precision is short of its target, until none is, or the time budget
+    would be spent (the next process's estimate is more than what is left)."""
+    while True:
+        due = [i for i, p in enumerate(planned) if i in results
+               and wants_more(p, results[i], precision_of(results[i]))]
+        if not due:
+            return
+        for i in due:
+            p, done = planned[i], len(_reps(results[i]))
+            count = max(1, math.ceil(p.case.repetitions / max(p.processes, 1)))
+            piece = Slice(i, done // count, done // count + 1, done, count, cap(p))
+            estimate = estimate_for(p, count)
+            budget = left()
+            if budget is not None and budget < estimate:
+                return
+            progress.add(estimate)
+            yield piece, estimate
+
+
+def estimate_for(p, count: int) -> float:
+    """Seconds for `count` more repetitions of a case in a new process."""
+    return p.estimate_s * count / max(p.case.repetitions, 1) + START_S
+
+
+def record_precision(planned: list, results: dict[int, CaseResult],
+                     precision_of: Callable[[CaseResult], float], writer) -> None:
+    """Each measured case says how precise its figures are, and, where a target was
+    asked, whether it was reached and why it stopped."""
+    for i, r in results.items():
+        if r.status != OK:
+            continue
+        p, achieved = planned[i], precision_of(r)
+        record = {"achieved": None if math.isnan(achieved) else round(achieved, 5),
+                  "repetitions": len(_reps(r))}
+        if p.spec and p.spec.precision:
+            record["target"] = p.spec.precision
+            record["stop"] = ("reached" if achieved <= p.spec.precision else
+                              f"the cap of {cap(p)} repetitions" if record["repetitions"] >= cap(p) else
+                              "the time budget" if "repetitions_measured" not in r.info else "cut short")
+        r.info["precision"] = record
+        writer.record(r)

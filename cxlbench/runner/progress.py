@@ -46,6 +46,10 @@ class Progress:
             self.stream.write(f"\r\033[K{status}: {label}: {reason}\n")
         self.stream.flush()
 
+    def add(self, estimate: float) -> None:
+        """One more step than planned (an adaptive repetition)."""
+        self.estimates.append(estimate)
+
     def drop(self) -> None:
         """A planned step that will not run (its case ended in an earlier process)."""
         self.estimates[self.index] = 0.0

@@ -1,12 +1,14 @@
 """Plan a suite on this machine, measure each case in a worker, stream results to the store."""
 from __future__ import annotations
 
+import itertools
 import platform
 import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from cxlbench import __version__
 from cxlbench.benchmarks import family
@@ -31,6 +33,12 @@ class RunConfig:
     command: list[str] = field(default_factory=list)
     time_budget_s: float | None = None   # overrides the suite's
     find_max: bool = False               # training: the largest config that fits, per placement
+    precision: float | None = None       # overrides the suite's (a fraction: 0.05)
+    # How precise a case's figures are so far (the relative half-width of the
+    # confidence interval of its medians, the worst of its points; NaN when it
+    # cannot say): adaptive repetitions ask it, and each case records it. The
+    # statistics live above the runner (analysis), so the caller hands them in.
+    precision_of: Callable[[CaseResult], float] | None = None
 
 
 @dataclass
@@ -51,9 +59,9 @@ def plan_suite(suite: dict, env: Env) -> list[Planned]:
     """Every table of the suite checked against its family's Spec, then planned."""
     planned: list[Planned] = []
     for ref, module, spec in families(suite):
-        processes = 1 if getattr(module, "ONE_PROCESS", False) else spec.processes
+        one = bool(getattr(module, "ONE_PROCESS", False))
         for p in module.plan(spec, env):
-            p.processes, p.family, p.spec = max(1, processes), ref, spec
+            p.processes, p.family, p.spec, p.one_process = 1 if one else max(1, spec.processes), ref, spec, one
             taken = sorted(set(p.case.params) & set(CORE_COLUMNS))
             if taken:                  # its rows would lose the value, or the case id, to the parameter
                 raise SuiteError(f"{ref} plans a case with parameter {taken[0]!r}, a name the results' "
@@ -97,6 +105,8 @@ def prepare(config: RunConfig) -> tuple[Env, list[Planned]]:
         suite = with_find_max(suite)
     if config.time_budget_s is not None:
         suite["time_budget_s"] = config.time_budget_s
+    if config.precision is not None:
+        suite["precision"] = config.precision
     env = build_env(config.root, config.declarations, suite)
     planned = plan_suite(suite, env)
     if config.only is not None:
@@ -121,9 +131,12 @@ def open_writer(config: RunConfig, env: Env, planned: list[Planned], **extra) ->
 def run(config: RunConfig) -> RunOutcome:
     native_built()
     env, planned = prepare(config)
+    if config.precision_of is None and any(p.spec.precision for p in planned):
+        raise SuiteError("adaptive repetitions (precision) need a precision_of function "
+                         "(cxlbench run passes analysis.reduction.case_precision)")
     writer = open_writer(config, env, planned)
     ecc_before = ecc.start(config.root)             # EDAC / CXL health counts around the run
-    results = _run_planned(planned, env, writer)
+    results = _run_planned(planned, env, writer, config.precision_of)
     ecc.finish(writer, ecc_before, config.root)     # a count that moved is a run warning
     finished = len(results) == len(planned) and not writer.meta.get("interrupted")
     status = COMPLETE if finished else PARTIAL
@@ -131,9 +144,11 @@ def run(config: RunConfig) -> RunOutcome:
     return RunOutcome(writer.path, status, results)
 
 
-def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[CaseResult]:
-    """Measure pass by pass (see runner.processes); Ctrl-C stops after recording
-    what finished. Returns the cases measured, each with all its processes."""
+def _run_planned(planned: list[Planned], env: Env, writer: RunWriter,
+                 precision_of: Callable[[CaseResult], float] | None = None) -> list[CaseResult]:
+    """Measure pass by pass (see runner.processes), then, for cases whose target
+    precision is not reached, more passes of one process each; Ctrl-C stops after
+    recording what finished. Returns the cases measured, each with all its processes."""
     order = processes.slices([(0 if p.skip else p.case.repetitions, p.processes) for p in planned])
     estimates = [0.0 if planned[s.index].skip else processes.estimate(planned[s.index].estimate_s, s)
                  for s in order]
@@ -141,15 +156,16 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[Ca
     budget = env.suite.get("time_budget_s") or 0
     start = time.monotonic()
     results: dict[int, CaseResult] = {}
+    left = lambda: budget - (time.monotonic() - start) if budget else None  # noqa: E731
+    more = processes.adaptive(planned, results, precision_of, left, progress) if precision_of else iter(())
     try:
-        for piece, estimate in zip(order, estimates):
+        for piece, estimate in itertools.chain(zip(order, estimates), more):
             p, label = planned[piece.index], planned[piece.index].case.case_id + piece.suffix
             if piece.index in results and processes.ended(results[piece.index]):
                 progress.drop()                       # the case ended in an earlier process
                 continue
             progress.begin(label)
-            left = budget - (time.monotonic() - start) if budget else None
-            part = measure_slice(p, env, left, piece, estimate)
+            part = measure_slice(p, env, left(), piece, estimate)
             results[piece.index] = processes.merge(results.get(piece.index), part, piece)
             writer.add(results[piece.index], part)
             progress.end(label, part.status, part.seconds, part.reason)
@@ -158,6 +174,8 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter) -> list[Ca
         writer.note("interrupted", True)
     finally:
         progress.close()
+        if precision_of:
+            processes.record_precision(planned, results, precision_of, writer)
     return [results[i] for i in sorted(results)]
 
 

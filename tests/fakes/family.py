@@ -1,5 +1,6 @@
 """A benchmark family (a plugin, by dotted name) for testing the runner: each case does what its `mode` says."""
 import os
+import random
 import signal
 import time
 from dataclasses import dataclass
@@ -41,6 +42,13 @@ def measure(case, env, info):
         time.sleep(60)
     if mode == "env":                              # what its worker's environment says
         return [Sample("latency_ns", float(os.environ.get("CXLBENCH_FAKE", "1")), r)
+                for r in range(case.repetitions)]
+    if mode == "converge":                         # repetition g (of the whole case): ever closer to level
+        return [Sample("latency_ns", case.params["level"] * (1 + 0.5 * (-1) ** g / (g + 1)), r)
+                for r in range(case.repetitions) for g in [case.seed(r) - 1]]
+    if mode == "jitter":                           # each process its own few percent off level
+        rng = random.Random(os.getpid() * 7919 + time.monotonic_ns())
+        return [Sample("latency_ns", case.params["level"] * (1 + rng.gauss(0, 0.03)), r)
                 for r in range(case.repetitions)]
     if mode == "undeclared":                       # a metric the family never declared
         return [Sample("furlongs", 1.0, 0)]

@@ -1,0 +1,75 @@
+"""Adaptive repetitions: a case gets more processes, pass after pass, until its
+medians are as precise as asked, its cap is reached or the time budget ends; every
+case records the precision it reached and why it stopped."""
+import math
+
+import pytest
+
+from cxlbench.analysis.reduction import case_precision
+from cxlbench.cli.tier_table import precision_lines
+from cxlbench.results.schema import Case, CaseResult, Sample
+from cxlbench.results.store import load_run
+from cxlbench.runner.run import RunConfig, run
+
+
+def result(values):
+    return CaseResult(Case("x", "cpu:node0", "ddr0", "ddr"), "ok",
+                      samples=[Sample("latency_ns", v, r) for r, v in enumerate(values)])
+
+
+def test_precision_is_the_medians_interval_half_width_relative_to_it():
+    assert case_precision(result([100.0, 104.0, 96.0, 102.0, 98.0])) == pytest.approx(0.04)
+    assert math.isnan(case_precision(result([100.0])))                  # one trial says nothing
+
+
+def suite(tmp_path, table: str, top: str = "") -> str:
+    path = tmp_path / "s.toml"
+    path.write_text(f'repetitions = 4\nprocesses = 4\n{top}\n[[benchmark]]\nname = "fakes.family"\n'
+                    f'modes = ["converge", "ok"]\nlevel = 100.0\n{table}\n')
+    return str(path)
+
+
+def go(tmp_path, table="", top="", **config):
+    tmp_path.mkdir(exist_ok=True)
+    outcome = run(RunConfig(suite(tmp_path, table, top), out=str(tmp_path / "r"),
+                            precision_of=case_precision, **config))
+    cases = {c["params"]["mode"]: c for c in load_run(outcome.path).meta["cases"]}
+    return cases, load_run(outcome.path)
+
+
+def test_a_case_gets_processes_until_it_reaches_the_precision_asked(tmp_path):
+    cases, stored = go(tmp_path, precision=0.10)
+    converge = cases["converge"]["info"]["precision"]
+    assert converge["stop"] == "reached" and converge["achieved"] <= 0.10
+    assert converge["repetitions"] > 4                                  # more than planned
+    assert stored.samples[stored.samples["mode"] == "converge"].repetition.nunique() == converge["repetitions"]
+    ok = cases["ok"]["info"]["precision"]
+    assert ok["repetitions"] > 4 or ok["achieved"] <= 0.10
+
+
+def test_a_case_stops_at_its_cap_and_says_so(tmp_path):
+    cases, _ = go(tmp_path, table="precision = 0.0001\nmax_repetitions = 6")
+    p = cases["converge"]["info"]["precision"]
+    assert p["repetitions"] == 6 and p["stop"] == "the cap of 6 repetitions" and p["achieved"] > 0.0001
+
+
+def test_the_time_budget_ends_the_extra_passes(tmp_path):
+    cases, _ = go(tmp_path, table="precision = 0.0001", top="time_budget_s = 2.0")
+    p = cases["converge"]["info"]["precision"]
+    assert p["stop"] == "the time budget" and p["repetitions"] < 16
+
+
+def test_without_a_target_every_case_still_records_its_precision(tmp_path):
+    cases, stored = go(tmp_path)
+    assert all(c["info"]["precision"]["repetitions"] == 4 and "target" not in c["info"]["precision"]
+               for c in cases.values())
+    lines = precision_lines(stored.meta)
+    assert len(lines) == 1 and lines[0].startswith("precision of the medians (95% interval): median ±")
+
+
+def test_the_summary_says_how_many_cases_reached_the_target(tmp_path):
+    _, stored = go(tmp_path, table="precision = 0.0001\nmax_repetitions = 5")
+    assert precision_lines(stored.meta)[1] == \
+        "target ±0.01%: 1 of 2 cases reached it; 1 stopped at the cap of 5 repetitions"
+    _, stored = go(tmp_path / "easy", table="precision = 0.5")
+    assert precision_lines(stored.meta)[1] == "target ±50%: 2 of 2 cases reached it"
