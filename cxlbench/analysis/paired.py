@@ -150,17 +150,34 @@ def _rounds(samples: pd.DataFrame, per_round: int) -> dict[str, dict[tuple, dict
     return out
 
 
-def imprecise_pairs(path: str | Path, precision: float) -> set[int]:
+def imprecise_pairs(path: str | Path, precision: float, max_rounds: int = 0) -> set[int]:
     """The pairs of a session (measured so far) with a point whose ratio is not yet
     known to within ±precision: its interval's half-width, relative, is wider (or
-    there is no interval yet). The session runner gives them another round."""
-    out = set()
+    there is no interval yet). The session runner gives them another round — but
+    not a pair that would need more than max_rounds as measured (a working set
+    that flips between two states from process to process): the time goes to the
+    pairs that can be decided."""
+    out, hopeless = set(), set()
     for v in judge_session(path).verdicts:
         c = v.change
         half = math.sqrt(c.hi / c.lo) - 1 if math.isfinite(c.lo) and c.lo > 0 else math.inf
-        if not half <= precision:
-            out.add(v.index)
-    return out
+        if half <= precision:
+            continue
+        if max_rounds and rounds_for_precision(v, precision) > max_rounds:
+            hopeless.add(v.index)
+        out.add(v.index)
+    return out - hopeless
+
+
+def rounds_for_precision(v: PairedVerdict, precision: float) -> float:
+    """Rounds after which the ratio's interval would be ±precision wide, if the
+    rounds' spread stayed as measured."""
+    c = v.change
+    if not math.isfinite(c.lo) or c.lo <= 0 or v.rounds < 2:
+        return 0.0                          # not known yet: worth a round
+    s = math.log(c.hi / c.lo) / 2 / t_quantile(1 - (1 - CONFIDENCE) / 2, v.rounds - 1) * math.sqrt(v.rounds)
+    return smallest_n(lambda n: t_quantile(1 - (1 - CONFIDENCE) / 2, n - 1) * s / math.sqrt(n)
+                      <= math.log1p(precision))
 
 
 def format_verdicts(v: SessionVerdicts) -> str:

@@ -240,10 +240,10 @@ def applied(config: Config):
 
 def run_session(session: Session, out: str = "results", root: str = "/", label: str | None = None,
                 command: list[str] | None = None,
-                imprecise: Callable[[Path, float], set[int]] | None = None) -> Path:
+                imprecise: Callable[[Path, float, int], set[int]] | None = None) -> Path:
     """Measure every configuration interleaved; returns the session's directory.
-    With a precision asked, `imprecise(session_dir, precision)` names the pairs
-    whose ratio is not known well enough yet (the statistics live above the
+    With a precision asked, `imprecise(session_dir, precision, max_rounds)` names
+    the pairs whose ratio is not known well enough yet and can be within max_rounds (the statistics live above the
     runner; cxlbench ab hands in analysis.paired.imprecise_pairs): each gets
     another round, until none does, max_rounds, or budget_s."""
     native_built()
@@ -301,9 +301,9 @@ def _extra_rounds(session: Session, sides: list[Side], where: Path, imprecise, o
     given: dict[int, int] = {}
     stop = f"the cap of {cap} rounds"
     for r in range(first, cap):
-        due = sorted(imprecise(where, session.precision))
+        due = sorted(imprecise(where, session.precision, cap))
         if not due:
-            stop = f"every pair within ±{session.precision:.1%}"
+            stop = f"every pair within ±{session.precision:.1%}, or out of reach in {cap} rounds"
             break
         for i in due:
             need = sum(s.turn_s[i] for s in sides)
