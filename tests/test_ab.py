@@ -3,6 +3,7 @@ configuration back to back, in a random order each round — and each case judge
 its per-round ratios; one ordinary run per configuration, and the pairing beside."""
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -107,7 +108,8 @@ def test_rounds_needed_grow_as_the_ratio_nears_the_threshold():
 
 def test_pairs_get_rounds_until_their_ratio_is_as_precise_as_asked(tmp_path):
     from cxlbench.analysis.paired import imprecise_pairs
-    configs = '[[config]]\nname = "a"\n\n[[config]]\nname = "b"\n'
+    configs = ('[[config]]\nname = "a"\nenv = { CXLBENCH_FAKE_SIDE = "a" }\n\n'
+               '[[config]]\nname = "b"\nenv = { CXLBENCH_FAKE_SIDE = "b" }\n')
 
     def session(precision: str, tmp):
         tmp.mkdir()
@@ -123,3 +125,11 @@ def test_pairs_get_rounds_until_their_ratio_is_as_precise_as_asked(tmp_path):
     assert record["extra"]["stopped"].startswith("every pair within ±4.0%")
     record, rounds = session("0.2%", tmp_path / "hopeless")  # would take hundreds: not worth a round
     assert rounds == {0: 3, 1: 3} and record["extra"]["rounds"] == {}
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "suites" / "ab").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_every_shipped_ab_file_plans_pairs_on_this_machine(path):
+    from cxlbench.runner.ab import plan_sides
+    sides = plan_sides(load_session(path), rounds=2)
+    assert len(sides) == 2 and len(sides[0].planned) == len(sides[1].planned) > 0
