@@ -47,7 +47,6 @@ import random
 import subprocess
 import sys
 import time
-import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -62,7 +61,7 @@ from cxlbench.results.store import RunWriter, atomic_write, now_iso, safe_name
 from cxlbench.runner import processes
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.run import RunConfig, build_env, measure_slice, native_built, open_writer, plan_suite
-from cxlbench.runner.suite import SuiteError, load_suite
+from cxlbench.runner.suite import SuiteError, load_suite, read_toml
 
 AB_JSON = "ab.json"
 CONFIG_KEYS = {"name", "set", "tier", "env", "before", "python"}
@@ -99,12 +98,7 @@ class Session:
 def load_session(path: str | Path) -> Session:
     """The session a file describes; SuiteError (one line) for anything it can't honour."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise SuiteError(f"{p}: no such A/B file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise SuiteError(f"{p}: not valid TOML ({e})") from None
+    data = read_toml(p)
     _known(data, SESSION_KEYS, str(p))
     configs = data.get("config")
     if not isinstance(configs, list) or len(configs) < 2:

@@ -33,10 +33,7 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
     if not path.is_file():
         raise SuiteError(f"unknown suite {name_or_path!r}; available: {', '.join(available())} "
                          f"(or pass a path to a .toml file)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise SuiteError(f"{path}: not valid TOML ({e})") from None
+    data = read_toml(path)
     benchmarks = data.get("benchmark")
     if not isinstance(benchmarks, list) or not benchmarks:
         raise SuiteError(f"{path}: a suite needs at least one [[benchmark]] table")
@@ -61,6 +58,16 @@ def _check_top_level(data: dict[str, Any], path: Path) -> None:
             coerce(value, hints[key])
         except (TypeError, ValueError) as e:
             raise SuiteError(f"{path}: {key} = {value!r}: {e}") from None
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A suite's or an A/B session's file, or a SuiteError in one line."""
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SuiteError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SuiteError(f"{path}: not valid TOML ({e})") from None
 
 
 def with_find_max(suite: dict[str, Any]) -> dict[str, Any]:
