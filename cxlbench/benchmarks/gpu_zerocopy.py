@@ -14,7 +14,7 @@ A repetition queues, behind the spin kernel, the preparation then `max_uses`
 uses with an event after each, and stores for every K from 0 to max_uses
 `seconds` = preparation + the first K uses (column `uses`); the crossover K
 from which copying (or prefetching) pays off against reading in place is
-derived from those curves per data size (cxlbench.gpu.devicecheck.crossovers,
+derived from those curves per data size (cxlbench.cli.devicecheck.crossovers,
 the same arithmetic as the host family's). Every use's sum is checked.
 
 Managed memory is placed by the driver, not by the placement layer: its data
