@@ -531,3 +531,17 @@ def test_a_case_through_the_runner_worker(scratch):
 
 def test_the_family_is_registered():
     assert family("storage") is storage
+
+
+def test_each_case_says_which_cpu_issued_it_and_which_took_the_completions(scratch):
+    env = machine_env(scratch)
+    info: dict = {}
+    samples = storage.measure(small_case(env), env, info)
+    cpu = info["cpu"]
+    assert cpu in env.initiator("cpu:node0").cpus and info["cpu_why"]
+    assert {s.params["issue_cpu"] for s in samples} == {cpu}
+    assert set(info["completions"]) == {"irqs", "taken_by_cpu"}       # [] / {} where sysfs can't say
+    env.spec = spec_of(storage, {"issue_cpu": "first"})
+    info = {}
+    storage.measure(small_case(env), env, info)
+    assert info["cpu"] == env.initiator("cpu:node0").cpus[0] and "first CPU" in info["cpu_why"]

@@ -41,6 +41,7 @@ from typing import Literal
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, place
 from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
+from cxlbench.storage.interrupts import completion_irqs, issuing_cpu, taken
 
 NAME = "storage"
 IO_RW = ("randread", "randwrite", "read", "write")
@@ -55,7 +56,7 @@ SHOW = Show(
     "Storage", "O_DIRECT I/O on the NVMe tier: latency, IOPS over queue depth, bandwidth over block size.",
     x="qd", facets=("rw",),
     headlines=(
-        Headline("4 KiB random read, QD1, p50 latency", "latency_ns", column="QD1 read p50",
+        Headline("4 KiB random read, QD1, p50 latency (CPU {issue_cpu})", "latency_ns", column="QD1 read p50",
                  where={"rw": "randread", "block_bytes": 4096, "qd": 1, "percentile": 50},
                  pick="best", scale=1e-3, unit="us", digits=1),
         Headline("4 KiB random read, peak IOPS (QD{qd})", "iops", column="peak IOPS",
@@ -76,6 +77,9 @@ class Spec(BaseSpec):
     chase_file_size: Size = 256 << 20
     runtime_s: float = 0.5
     host_node: int | Literal["local"] = "local"    # the node of the I/O buffers
+    # The CPU the I/O is issued from: the initiator's CPU that takes the device's
+    # completion interrupts (storage/interrupts.py), its first CPU, or this one.
+    issue_cpu: int | Literal["completions", "first"] = "completions"
     allow_buffered: bool = False                   # where O_DIRECT does not work: label, don't refuse
 ALIGN = 4096                      # O_DIRECT: whole logical blocks; 4 KiB suits every device
 PAGE = 4096
@@ -213,7 +217,6 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     p = case.params
     tier = env.tier(case.target)
     initiator = env.initiator(case.initiator)
-    os.sched_setaffinity(0, initiator.cpus[:1])
     try:
         d = inspect_directory(tier.path)
         io = d.io_mode(allow_buffered=p["io"] == "buffered")
@@ -221,7 +224,10 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
         raise Skip(str(e)) from None
     if io != p["io"]:
         raise Skip(f"planned as io={p['io']} but {tier.path} now gives io={io}; plan again")
-    info.update({"cpu": initiator.cpus[0], "directory": d.as_dict()})
+    irqs = completion_irqs(d.device, env.root)
+    cpu, why = _issuing_cpu(env.spec, initiator.cpus, irqs)
+    os.sched_setaffinity(0, [cpu])
+    info.update({"cpu": cpu, "cpu_why": why, "directory": d.as_dict()})
     if d.warnings:
         info.setdefault("warnings", []).extend(d.warnings)
     swept = sweep_stale(d.path)
@@ -235,10 +241,25 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
         raise Skip(str(e)) from None
     with f:
         info["fill_s"] = round(f.fill_seconds, 3)
-        found = {"device": d.device or d.fs_type or "none"}
-        if p["rw"] == CHASE:
-            return _chase(case, f, found, info)
-        return measure_io(case, f, found, info)
+        found = {"device": d.device or d.fs_type or "none", "issue_cpu": cpu}
+        before = completion_irqs(d.device, env.root)
+        samples = _chase(case, f, found, info) if p["rw"] == CHASE else measure_io(case, f, found, info)
+        info["completions"] = {"irqs": [{"irq": i.number, "name": i.name, "affinity": i.affinity}
+                                        for i in irqs],
+                               "taken_by_cpu": taken(before, completion_irqs(d.device, env.root))}
+        return samples
+
+
+def _issuing_cpu(spec, cpus: list[int], irqs) -> tuple[int, str]:
+    """The CPU to issue from, as the table asks, and why (see storage.interrupts)."""
+    choice = getattr(spec, "issue_cpu", "completions")
+    if choice == "first":
+        return cpus[0], "the initiator's first CPU, as the suite asks"
+    if isinstance(choice, int):
+        if choice not in cpus:
+            raise Skip(f"issue_cpu {choice} is not one of the initiator's CPUs ({cpus})")
+        return choice, "as the suite asks"
+    return issuing_cpu(cpus, irqs)
 
 
 def measure_io(case: Case, f, found: dict, info: dict, verify: bool = True) -> list[Sample]:
