@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from cxlbench.benchmarks import storage                        # noqa: E402
 from cxlbench.results.schema import Case                      # noqa: E402
 from cxlbench.storage import ScratchFile, inspect_directory    # noqa: E402
+from cxlbench.storage.interrupts import completion_irqs, issuing_cpu  # noqa: E402
 from cxlbench.units import parse_size                         # noqa: E402
 
 # (rw, block, qd): the QD1 latency point, the IOPS curve's ends, sequential bandwidth
@@ -107,7 +108,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--size", default="1GiB")
     ap.add_argument("--runtime", type=float, default=1.0, help="seconds per run, both tools")
-    ap.add_argument("--cpu", type=int, default=0)
+    ap.add_argument("--cpu", type=int, help="the CPU both tools issue from (default: the one the "
+                    "storage family chooses, which takes the disk's completion interrupts)")
     ap.add_argument("--json", help="write every run's figures here")
     ap.add_argument("--only", action="append", metavar="RW/BLOCK/QD",
                     help="just these configurations, e.g. write/4194304/1 (repeatable)")
@@ -123,8 +125,12 @@ def main() -> int:
         ap.error("the directory to test is required")
     d = inspect_directory(args.directory)
     d.io_mode(allow_buffered=False)
+    why = "as asked"
+    if args.cpu is None:
+        args.cpu, why = issuing_cpu(sorted(os.sched_getaffinity(0)), completion_irqs(d.device))
     os.sched_setaffinity(0, [args.cpu])
     print(f"# {d.path}: {d.fs_type} on {d.device} ({d.model or 'no model'}), nvme={d.is_nvme}")
+    print(f"# both tools issue from CPU {args.cpu}: {why}")
     configs = [c for c in CONFIGS if not args.only or "/".join(map(str, c)) in args.only]
     runs: dict = {c: {"cxlbench": [], "fio": []} for c in configs}
     with ScratchFile.create(d.path, parse_size(args.size), direct=True, keep_name=True) as f:
