@@ -36,6 +36,7 @@ def test_each_round_runs_every_configuration_once_in_a_random_order(tmp_path):
             assert sorted(mine) == ["a", "b"]           # both sides, back to back
     firsts = {tuple(t["config"] for t in turns if t["round"] == r and t["case"] == 0) for r in range(6)}
     assert len(firsts) == 2                             # the order is drawn afresh, not fixed
+    assert all(Path(c["run"]).is_absolute() for c in record["configs"])   # judged from anywhere
     runs = [load_run(c["run"]) for c in record["configs"]]
     stamps = runs[0].samples[runs[0].samples.pid.notna()]
     assert stamps.pid.nunique() == 6                    # one process a round

@@ -73,3 +73,16 @@ def test_the_summary_says_how_many_cases_reached_the_target(tmp_path):
         "target ±0.01%: 1 of 2 cases reached it; 1 stopped at the cap of 5 repetitions"
     _, stored = go(tmp_path / "easy", table="precision = 0.5")
     assert precision_lines(stored.meta)[1] == "target ±50%: 2 of 2 cases reached it"
+
+
+def test_a_process_that_keeps_nothing_still_uses_up_its_repetitions(tmp_path):
+    """Loaded latency drops every point of a repetition on a busy machine: the next
+    process must not reuse its numbers, nor the case ask for processes forever."""
+    path = tmp_path / "s.toml"
+    path.write_text('repetitions = 4\nprocesses = 4\n[[benchmark]]\nname = "fakes.family"\n'
+                    'modes = ["first4"]\nlevel = 100.0\nprecision = 0.0001\nmax_repetitions = 9\n')
+    outcome = run(RunConfig(str(path), out=str(tmp_path / "r"), precision_of=case_precision))
+    [case] = load_run(outcome.path).meta["cases"]
+    assert case["info"]["precision"]["stop"] == "the cap of 9 repetitions"
+    assert case["info"]["precision"]["repetitions"] == 4                 # kept; 9 were run
+    assert [p["repetitions"] for p in case["info"]["processes"]][4:] == [[4, 4], [5, 5], [6, 6], [7, 7], [8, 8]]

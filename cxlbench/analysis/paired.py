@@ -173,8 +173,8 @@ def rounds_for_precision(v: PairedVerdict, precision: float) -> float:
     """Rounds after which the ratio's interval would be ±precision wide, if the
     rounds' spread stayed as measured."""
     c = v.change
-    if not math.isfinite(c.lo) or c.lo <= 0 or v.rounds < 2:
-        return 0.0                          # not known yet: worth a round
+    if v.rounds < 2 or not math.isfinite(c.lo) or c.lo <= 0:
+        return math.inf                     # after the fixed rounds: values no ratio can be had of
     s = math.log(c.hi / c.lo) / 2 / t_quantile(1 - (1 - CONFIDENCE) / 2, v.rounds - 1) * math.sqrt(v.rounds)
     return smallest_n(lambda n: t_quantile(1 - (1 - CONFIDENCE) / 2, n - 1) * s / math.sqrt(n)
                       <= math.log1p(precision))
@@ -190,7 +190,8 @@ def format_verdicts(v: SessionVerdicts) -> str:
         mde = f"{c.mde:.1%}" if math.isfinite(c.mde) else "—"
         tail = ""
         if c.verdict == INCONCLUSIVE:
-            tail = (f"  (decided after ~{x.rounds_needed:.0f} rounds)" if math.isfinite(x.rounds_needed)
+            tail = (f"  ({c.note})" if c.note else
+                    f"  (decided after ~{x.rounds_needed:.0f} rounds)" if math.isfinite(x.rounds_needed)
                     else "  (at the threshold's edge: no number of rounds decides it)")
         lines.append(f"{c.verdict:<12} {c.ratio:7.3f} {ci:>17} {mde:>6}  {x.config}: {x.point} "
                      f"{x.metric}{tail}")

@@ -30,7 +30,6 @@ A configuration is a named option set, from a TOML file:
     tier = ["cxl=node:1"]         # tier declarations
     env = { OMP_NUM_THREADS = "1" }   # environment of its worker processes
     before = "echo always > /sys/kernel/mm/transparent_hugepage/enabled"   # before each turn
-    python = "/opt/other/.venv/bin/python"   # another cxlbench installation or C build
 
 Each configuration's cases are paired with the other's by their place in the plan,
 so both must plan the same cases but for what `set` changes. The session writes
@@ -41,7 +40,6 @@ every process. analysis.paired judges each pair on its per-round ratios.
 from __future__ import annotations
 
 import json
-import multiprocessing.spawn
 import os
 import random
 import subprocess
@@ -64,7 +62,7 @@ from cxlbench.runner.run import RunConfig, build_env, measure_slice, native_buil
 from cxlbench.runner.suite import SuiteError, load_suite, read_toml
 
 AB_JSON = "ab.json"
-CONFIG_KEYS = {"name", "set", "tier", "env", "before", "python"}
+CONFIG_KEYS = {"name", "set", "tier", "env", "before"}
 SESSION_KEYS = {"suite", "rounds", "repetitions", "threshold", "benchmarks", "seed", "config",
                 "precision", "max_rounds", "budget_s"}
 
@@ -77,7 +75,6 @@ class Config:
     tier: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     before: str = ""
-    python: str = ""
 
 
 @dataclass
@@ -114,8 +111,7 @@ def load_session(path: str | Path) -> Session:
         if not isinstance(c.get("set", {}), dict) or not isinstance(c.get("env", {}), dict):
             raise SuiteError(f"{where}: set and env are tables (set = {{ page = [\"thp\"] }})")
         out.append(Config(c["name"], dict(c.get("set", {})), list(tier),
-                          {k: str(v) for k, v in c.get("env", {}).items()}, str(c.get("before", "")),
-                          str(c.get("python", ""))))
+                          {k: str(v) for k, v in c.get("env", {}).items()}, str(c.get("before", ""))))
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise SuiteError(f"{p}: configuration names must differ: {', '.join(names)}")
@@ -209,22 +205,16 @@ def check_before(config: Config) -> None:
             why = (r.stderr or r.stdout).strip().splitlines()
             raise SuiteError(f"configuration {config.name!r}: its before-command failed "
                              f"(exit {r.returncode}{': ' + why[-1] if why else ''})")
-    if config.python and not os.access(config.python, os.X_OK):
-        raise SuiteError(f"configuration {config.name!r}: python {config.python!r} is not an executable")
 
 
 @contextmanager
 def applied(config: Config):
-    """The configuration's environment and interpreter for the worker started inside."""
+    """The configuration's environment for the worker started inside."""
     saved = {k: os.environ.get(k) for k in config.env}
     os.environ.update(config.env)
-    executable = multiprocessing.spawn.get_executable()
-    if config.python:
-        multiprocessing.spawn.set_executable(config.python)
     try:
         yield
     finally:
-        multiprocessing.spawn.set_executable(executable)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -244,6 +234,9 @@ def run_session(session: Session, out: str = "results", root: str = "/", label: 
     for c in session.configs:
         check_before(c)
     rounds = session.rounds or int(load_suite(session.suite)["repetitions"])
+    if rounds < 2:
+        raise SuiteError(f"{session.path}: {rounds} round (the suite's repetitions): at least 2 "
+                         f"give a paired ratio; set rounds")
     sides = plan_sides(session, rounds, root)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     tag = label or "ab"
@@ -270,52 +263,55 @@ def run_session(session: Session, out: str = "results", root: str = "/", label: 
         atomic_write(where / AB_JSON, json.dumps(record, indent=1).encode())
         progress.end(label_i, "ok", time.monotonic() - t0)
 
+    done = False
     try:
         for r, i in steps:
             one(r, i)
         if session.precision and imprecise is not None:
-            record["extra"] = _extra_rounds(session, sides, where, imprecise, one, progress, rounds, cap,
-                                            lambda: time.monotonic() - start)
+            record["extra"] = {"precision": session.precision, "rounds": {}, "stopped": "not yet"}
+            _extra_rounds(session, sides, where, imprecise, one, progress, rounds, cap,
+                          lambda: time.monotonic() - start, record["extra"])
+        done = True
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted: keeping the rounds that finished\n")
         record["interrupted"] = True
     finally:
         progress.close()
         record["ended"] = now_iso()
-        for s in sides:
-            s.writer.finish(PARTIAL if record.get("interrupted") else COMPLETE)
-            record["configs"][sides.index(s)]["run"] = str(s.writer.path)
+        for s in sides:                        # a crash, too, leaves partial runs that load
+            s.writer.finish(COMPLETE if done else PARTIAL)
         atomic_write(where / AB_JSON, json.dumps(record, indent=1).encode())
     return where
 
 
 def _extra_rounds(session: Session, sides: list[Side], where: Path, imprecise, one, progress,
-                  first: int, cap: int, elapsed) -> dict[str, Any]:
-    """Round after round for the pairs not yet precise, while rounds and time last."""
-    given: dict[int, int] = {}
-    stop = f"the cap of {cap} rounds"
+                  first: int, cap: int, elapsed, extra: dict[str, Any]) -> None:
+    """Round after round for the pairs not yet precise — and still measured on every
+    side — while rounds and time last; `extra` records what was given and why it ended."""
+    given = extra["rounds"]
+    extra["stopped"] = f"the cap of {cap} rounds"
     for r in range(first, cap):
-        due = sorted(imprecise(where, session.precision, cap))
+        due = sorted(i for i in imprecise(where, session.precision, cap)
+                     if not any(processes.ended(s.results[i]) for s in sides if i in s.results))
         if not due:
-            stop = f"every pair within ±{session.precision:.1%}, or out of reach in {cap} rounds"
-            break
+            extra["stopped"] = f"every pair within ±{session.precision:.1%}, or out of reach in {cap} rounds"
+            return
         for i in due:
             need = sum(s.turn_s[i] for s in sides)
             if session.budget_s and elapsed() + need > session.budget_s:
-                return {"precision": session.precision, "rounds": given,
-                        "stopped": f"the time budget of {session.budget_s:g} s"}
+                extra["stopped"] = f"the time budget of {session.budget_s:g} s"
+                return
             progress.add(need)
             one(r, i)
-            given[i] = given.get(i, 0) + 1
-    return {"precision": session.precision, "rounds": given, "stopped": stop}
+            given[str(i)] = given.get(str(i), 0) + 1
 
 
 def _record(session: Session, sides: list[Side], rounds: int) -> dict[str, Any]:
     return {"started": now_iso(), "file": session.path, "suite": session.suite, "rounds": rounds,
             "repetitions": session.repetitions, "threshold": session.threshold, "seed": session.seed,
             "configs": [{"name": s.config.name, "set": s.config.set, "tier": s.config.tier,
-                         "env": s.config.env, "before": s.config.before, "python": s.config.python,
-                         "run": str(s.writer.path)} for s in sides],
+                         "env": s.config.env, "before": s.config.before,
+                         "run": str(s.writer.path.resolve())} for s in sides],
             "pairs": [{"index": i, "benchmark": p.case.benchmark,
                        "cases": [s.planned[i].case.case_id for s in sides]}
                       for i, p in enumerate(sides[0].planned)],

@@ -109,12 +109,22 @@ def ended(result: CaseResult) -> bool:
 
 # ---- adaptive repetitions ------------------------------------------------------------
 
-def wants_more(p, result: CaseResult | None, precision: float) -> bool:
+@dataclass
+class Extra:
+    """Adaptive repetitions' bookkeeping: the repetitions each case has run (kept or
+    not: a repetition whose points were all dropped still used its number and
+    seed), the extra processes it had, and why the extra passes ended."""
+    ran: dict[int, int]
+    processes: dict[int, int]
+    stopped: str = "every case reached its target or its cap"
+
+
+def wants_more(p, result: CaseResult | None, precision: float, ran: int) -> bool:
     """A case is given another process while it asks for a precision it has not
     reached, measured fine so far, and has repetitions left under its cap."""
     if not p.spec or not p.spec.precision or p.one_process or p.skip or result is None or ended(result):
         return False
-    return not precision <= p.spec.precision and len(_reps(result)) < cap(p)   # NaN: not known yet
+    return not precision <= p.spec.precision and ran < cap(p)   # NaN: not known yet
 
 
 def cap(p) -> int:
@@ -126,25 +136,31 @@ def _reps(result: CaseResult) -> set[int]:
 
 
 def adaptive(planned: list, results: dict[int, CaseResult], precision_of: Callable[[CaseResult], float],
-             left: Callable[[], float | None], progress) -> Iterator[tuple[Slice, float]]:
+             left: Callable[[], float | None], progress, extra: Extra) -> Iterator[tuple[Slice, float]]:
     """After the planned passes: pass after pass, one more process for each case
     whose precision is short of its target, until none is, or the time budget
-    would be spent (the next process's estimate is more than what is left)."""
+    would be spent (the next process's estimate is more than what is left).
+    Every process takes repetition numbers no process had, never past the cap."""
+    for i, p in enumerate(planned):
+        extra.ran.setdefault(i, p.case.repetitions)
+        extra.processes.setdefault(i, p.processes)
     while True:
         due = [i for i, p in enumerate(planned) if i in results
-               and wants_more(p, results[i], precision_of(results[i]))]
+               and wants_more(p, results[i], precision_of(results[i]), extra.ran[i])]
         if not due:
             return
         for i in due:
-            p, done = planned[i], len(_reps(results[i]))
-            count = max(1, math.ceil(p.case.repetitions / max(p.processes, 1)))
-            piece = Slice(i, done // count, done // count + 1, done, count, cap(p))
+            p, first = planned[i], extra.ran[i]
+            count = min(max(1, math.ceil(p.case.repetitions / max(p.processes, 1))), cap(p) - first)
             estimate = estimate_for(p, count)
             budget = left()
             if budget is not None and budget < estimate:
+                extra.stopped = "the time budget"
                 return
+            extra.processes[i] += 1
+            extra.ran[i] = first + count
             progress.add(estimate)
-            yield piece, estimate
+            yield Slice(i, extra.processes[i] - 1, extra.processes[i], first, count, cap(p)), estimate
 
 
 def estimate_for(p, count: int) -> float:
@@ -153,7 +169,7 @@ def estimate_for(p, count: int) -> float:
 
 
 def record_precision(planned: list, results: dict[int, CaseResult],
-                     precision_of: Callable[[CaseResult], float], writer) -> None:
+                     precision_of: Callable[[CaseResult], float], writer, extra: Extra) -> None:
     """Each measured case says how precise its figures are, and, where a target was
     asked, whether it was reached and why it stopped."""
     for i, r in results.items():
@@ -162,10 +178,11 @@ def record_precision(planned: list, results: dict[int, CaseResult],
         p, achieved = planned[i], precision_of(r)
         record = {"achieved": None if math.isnan(achieved) else round(achieved, 5),
                   "repetitions": len(_reps(r))}
-        if p.spec and p.spec.precision:
+        if p.spec and p.spec.precision and not p.one_process:
+            ran = extra.ran.get(i, p.case.repetitions)
             record["target"] = p.spec.precision
             record["stop"] = ("reached" if achieved <= p.spec.precision else
-                              f"the cap of {cap(p)} repetitions" if record["repetitions"] >= cap(p) else
-                              "the time budget" if "repetitions_measured" not in r.info else "cut short")
+                              f"the cap of {cap(p)} repetitions" if ran >= cap(p) else
+                              "cut short" if "repetitions_measured" in r.info else extra.stopped)
         r.info["precision"] = record
         writer.record(r)

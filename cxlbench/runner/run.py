@@ -157,7 +157,9 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter,
     start = time.monotonic()
     results: dict[int, CaseResult] = {}
     left = lambda: budget - (time.monotonic() - start) if budget else None  # noqa: E731
-    more = processes.adaptive(planned, results, precision_of, left, progress) if precision_of else iter(())
+    extra = processes.Extra({}, {})
+    more = processes.adaptive(planned, results, precision_of, left, progress, extra) \
+        if precision_of else iter(())
     try:
         for piece, estimate in itertools.chain(zip(order, estimates), more):
             p, label = planned[piece.index], planned[piece.index].case.case_id + piece.suffix
@@ -172,10 +174,11 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter,
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted: keeping the cases that finished\n")
         writer.note("interrupted", True)
+        extra.stopped = "the run was interrupted"
     finally:
         progress.close()
         if precision_of:
-            processes.record_precision(planned, results, precision_of, writer)
+            processes.record_precision(planned, results, precision_of, writer, extra)
     return [results[i] for i in sorted(results)]
 
 

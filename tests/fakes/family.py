@@ -46,6 +46,9 @@ def measure(case, env, info):
     if mode == "converge":                         # repetition g (of the whole case): ever closer to level
         return [Sample("latency_ns", case.params["level"] * (1 + 0.5 * (-1) ** g / (g + 1)), r)
                 for r in range(case.repetitions) for g in [case.seed(r) - 1]]
+    if mode == "first4":                           # from its 5th repetition on, every point dropped
+        return [Sample("latency_ns", case.params["level"] * (1 + 0.5 * (-1) ** g / (g + 1)), r)
+                for r in range(case.repetitions) for g in [case.seed(r) - 1] if g < 4]
     if mode == "jitter":                           # each repetition 3% off level, as drawn for its side
         side = os.environ.get("CXLBENCH_FAKE_SIDE", "")
         return [Sample("latency_ns", case.params["level"] * (1 + random.Random(f"{side}-{g}").gauss(0, 0.03)), r)
