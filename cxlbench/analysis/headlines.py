@@ -8,7 +8,6 @@ per repetition first (analysis.reduction), as everything else is.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -139,7 +138,4 @@ class _Params(dict):
         self.row = row
 
     def __missing__(self, key: str) -> str:
-        value = self.row.get(key)
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return "—"
-        return format_param(key, value)
+        return format_param(key, self.row.get(key))        # "—" for a parameter the row lacks

@@ -59,7 +59,7 @@ from cxlbench.results.store import RunWriter, atomic_write, now_iso, safe_name
 from cxlbench.runner import processes
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.run import RunConfig, build_env, measure_slice, native_built, open_writer, plan_suite
-from cxlbench.runner.suite import SuiteError, load_suite, read_toml
+from cxlbench.runner.suite import SuiteError, check_known, load_suite, read_toml
 
 AB_JSON = "ab.json"
 CONFIG_KEYS = {"name", "set", "tier", "env", "before"}
@@ -96,14 +96,14 @@ def load_session(path: str | Path) -> Session:
     """The session a file describes; SuiteError (one line) for anything it can't honour."""
     p = Path(path)
     data = read_toml(p)
-    _known(data, SESSION_KEYS, str(p))
+    check_known(data, SESSION_KEYS, str(p))
     configs = data.get("config")
     if not isinstance(configs, list) or len(configs) < 2:
         raise SuiteError(f"{p}: an A/B needs at least two [[config]] tables")
     out = []
     for i, c in enumerate(configs):
         where = f"{p}, [[config]] {i + 1}"
-        _known(c, CONFIG_KEYS, where)
+        check_known(c, CONFIG_KEYS, where)
         if not isinstance(c.get("name"), str) or not c["name"]:
             raise SuiteError(f"{where}: a configuration needs a name")
         tier = c.get("tier", [])
@@ -129,12 +129,6 @@ def load_session(path: str | Path) -> Session:
     return Session(str(data.get("suite", "quick")), out, rounds, int(data.get("repetitions", 1)),
                    str(data.get("threshold", "10%")), data.get("benchmarks"), data.get("seed"), str(p),
                    precision, int(data.get("max_rounds", 0)), float(data.get("budget_s", 0)))
-
-
-def _known(table: dict, keys: set[str], where: str) -> None:
-    unknown = sorted(set(table) - keys)
-    if unknown:
-        raise SuiteError(f"{where}: unknown key {unknown[0]!r}; known: {', '.join(sorted(keys))}")
 
 
 # ---- planning each side --------------------------------------------------------------------

@@ -48,16 +48,21 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
 def _check_top_level(data: dict[str, Any], path: Path) -> None:
     """The suite's own keys: its name, a description, and the settings every table shares."""
     hints = typing.get_type_hints(Spec)
+    check_known(data, {*DEFAULTS, *SUITE_ONLY}, str(path), "top-level key")
     for key, value in data.items():
         if key in SUITE_ONLY:
             continue
-        if key not in DEFAULTS:
-            raise SuiteError(f"{path}: unknown top-level key {key!r}; known: "
-                             f"{', '.join(sorted([*DEFAULTS, 'name', 'description', 'benchmark']))}")
         try:
             coerce(value, hints[key])
         except (TypeError, ValueError) as e:
             raise SuiteError(f"{path}: {key} = {value!r}: {e}") from None
+
+
+def check_known(table: dict[str, Any], known: set[str], where: str, what: str = "key") -> None:
+    """A SuiteError naming the first key of `table` not in `known`, and the known ones."""
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise SuiteError(f"{where}: unknown {what} {unknown[0]!r}; known: {', '.join(sorted(known))}")
 
 
 def read_toml(path: Path) -> dict[str, Any]:
