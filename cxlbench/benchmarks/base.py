@@ -40,8 +40,9 @@ class Headline:
     per value of the `per` parameters, from the case that `pick` chooses:
       "best"            the best median (the metric's `better` says which way)
       "worst"           the worst median
-      "largest:<param>" among the cases at the largest value of <param>, the worst
-                        (the idle latency of a sweep: the far end of its curve)
+      "largest:<param>" among the cases at the largest value of <param>, the best
+                        (the idle latency of a sweep: the far end of its curve,
+                        from the nearest initiator when several measured it)
       "each"            every case, one line each
     `label` is formatted with the chosen case's parameters ({threads}, {page};
     sizes as 1GiB); `column` names its column in the report's tier table. The
