@@ -233,6 +233,7 @@ def test_fixture_environment(cxl):
     assert env.prefetcher_readable is True
     assert env.hypervisor is None and env.hypervisor_flag is False
     assert (env.dmi_vendor, env.dmi_product) == ("Dell Inc.", "PowerEdge R760")
+    assert (env.bios_version, env.bios_date, env.microcode) == ("2.1.5", "03/14/2025", "0x2b000590")
     assert env.kernel == "6.8.0-cxl" and cxl.hostname == "cxl-host"
 
 

@@ -89,4 +89,7 @@ def read_environment(root: str = "/") -> Environment:
         kernel=kernel_release(root),
         dmi_vendor=dmi_vendor,
         hypervisor_flag=flag,
+        bios_version=read_text(root, "/sys/class/dmi/id/bios_version"),
+        bios_date=read_text(root, "/sys/class/dmi/id/bios_date"),
+        microcode=cpuinfo.get("microcode"),
     )

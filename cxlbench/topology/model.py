@@ -145,6 +145,9 @@ class Environment:
     kernel: str
     dmi_vendor: str | None = None
     hypervisor_flag: bool = False  # cpuinfo's "hypervisor" flag, even when the vendor is unknown
+    bios_version: str | None = None   # firmware strings: a history marks where they change
+    bios_date: str | None = None
+    microcode: str | None = None
 
 
 @dataclass
