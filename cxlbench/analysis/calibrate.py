@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cxlbench.analysis.compare import (Comparison, RunLike, _table, compare, fmt_change, fmt_ci_change,
+from cxlbench.analysis.compare import (Comparison, RunLike, text_table, compare, fmt_change, fmt_ci_change,
                                        fmt_pct)
 from cxlbench.analysis.stats import (CONFIDENCE, FASTER, SAME, SLOWER, false_alarm_probability,
                                      minimum_detectable_effect, run_noise_estimate)
@@ -110,7 +110,7 @@ class Calibration:
                  fmt_pct(b["false_positive_rate"]), fmt_pct(b["threshold"]), fmt_pct(b["median_mde"]),
                  fmt_pct(b["run_noise"]), fmt_pct(b["suggested_noise"]), fmt_pct(b["mde_with_noise"])]
                 for b in self.benchmarks.to_dict("records")]
-        out += _table(["benchmark", "cases", "repetition noise (rCV)", "max |A/A change|", "false +",
+        out += text_table(["benchmark", "cases", "repetition noise (rCV)", "max |A/A change|", "false +",
                        "threshold", "MDE", "run-to-run noise", "suggested", "MDE with it"], rows,
                       set(range(1, 10)))
         out.append("")
@@ -122,7 +122,7 @@ class Calibration:
         rows = [[r["benchmark"], r["label"], r["metric"], fmt_pct(r["rcv"]), fmt_pct(r["mde"]),
                  fmt_change(r["ratio"]), fmt_ci_change(r["lo"], r["hi"]), r["verdict"]]
                 for r in noisy.to_dict("records")]
-        out += _table(["benchmark", "case", "metric", "rCV", "MDE", "A/A change", "CI", "verdict"],
+        out += text_table(["benchmark", "case", "metric", "rCV", "MDE", "A/A change", "CI", "verdict"],
                       rows, {3, 4, 5, 6})
         return "\n".join(out) + "\n"
 

@@ -117,7 +117,7 @@ def _case_params(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if c.get("case_id")}
 
 
-def _parse_case_params(case_id: str) -> dict[str, Any]:
+def parse_case_params(case_id: str) -> dict[str, Any]:
     parts = case_id.split("/", 3)
     if len(parts) < 4 or not parts[3]:
         return {}
@@ -150,7 +150,7 @@ def annotate_points(run: Run, pts: pd.DataFrame, index: int) -> pd.DataFrame:
                                                   pts["target_slot"], pts["metric"], axis_records):
         params = asked.get(cid)
         if params is None:
-            params = _parse_case_params(cid)
+            params = parse_case_params(cid)
         params = {k: v for k, v in params.items() if k not in UNMATCHED_PARAMS}
         ax = {k: v for k, v in ax.items() if not (v is None or (isinstance(v, float) and math.isnan(v)))}
         ptext = ",".join(f"{k}={_canon(params[k])}" for k in sorted(params))
@@ -372,7 +372,7 @@ def fmt_pct(x: float) -> str:
 SYMBOL = {"slower": "✗ slower", "faster": "✓ faster", "same": "= same", "inconclusive": "? inconclusive"}
 
 
-def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+def text_table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     def line(cells):
         return "  ".join(c.rjust(w) if i in right else c.ljust(w)
@@ -434,7 +434,7 @@ def format_comparison(cmp: Comparison, *, verdicts: Iterable[str] | None = None,
             extra = len(table) - limit
             table = table[:limit] + [[f"… {extra} more"] + [""] * (len(headers) - 1)]
         right = {1} | {i for i in range(2, len(headers)) if (i - 2) % 6 in (0, 1, 2, 4, 5)}
-        out += _table(headers, table, right) + notes[:limit or len(notes)]
+        out += text_table(headers, table, right) + notes[:limit or len(notes)]
     counts = cmp.counts()
     out.append("")
     out.append("Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()))

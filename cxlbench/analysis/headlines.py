@@ -36,6 +36,8 @@ class Figure:
     count: bool                # shown as 16.8M rather than 16777216
     case_id: str
     note: str = ""             # a trend beside it (the loss from first to last step)
+    point: str = ""            # the point and metric it was picked from
+    metric: str = ""
 
     def text(self) -> str:
         """"123.4 ns [120.1-130.2]" (median [min-max])."""
@@ -114,7 +116,7 @@ def _figure(row: pd.Series, samples: pd.DataFrame, family: str, h: dict) -> Figu
     label = re.sub(r"\b1 threads\b", "1 thread", h["label"].format_map(_Params(row)))
     return Figure(row["target"], family, label, h.get("column") or h["label"],
                   median, lo, hi, low, high, h.get("unit") or str(row["unit"]), h.get("digits", 2),
-                  bool(h.get("count")), row["case_id"], note)
+                  bool(h.get("count")), row["case_id"], note, str(row.get("point", "")), str(row["metric"]))
 
 
 def _values(samples: pd.DataFrame, row: pd.Series) -> np.ndarray:

@@ -166,6 +166,64 @@ def gate(baseline: str, current: str, threshold: str | None = None, thresholds_f
     return result.exit_code
 
 
+def history(paths: list[str], machine: str | None = None, suite: str | None = None, out: str | None = None,
+            accept: str | None = None, reason: str | None = None, min_magnitude: str | None = None) -> int:
+    """The trend of a machine's runs: figures over time, change points, environment changes."""
+    from cxlbench.analysis import history as hist
+    from cxlbench.cli.history_view import history_text
+    from cxlbench.units import parse_fraction
+    if accept:
+        m = hist.accept(_resolve(hist.history(paths or ["results"], machine, suite), accept).path, reason or "")
+        print(f"accepted {m.run_id} ({m.suite}): the gate's history starts there — {m.reason}")
+        return 0
+    h = hist.history(paths or ["results"], machine, suite)
+    magnitude = parse_fraction(min_magnitude) if min_magnitude else 0.05
+    changes = hist.point_changes(h, min_magnitude=magnitude)
+    print(history_text(h, changes))
+    if out:
+        from cxlbench.report.trend import render_trend
+        print(f"trend report: {render_trend(h, changes, out)}")
+    return 0
+
+
+def _resolve(h, ref: str):
+    """A run named by its directory, its run id, or `latest` (the history's newest)."""
+    from cxlbench.results.store import load_run
+    if ref == "latest":
+        ref = h.runs["run_id"].iloc[-1]
+    if ref in h.paths:
+        return load_run(h.paths[ref])
+    if Path(ref).exists():
+        return load_run(ref)
+    raise UserError(f"{ref}: neither a run directory nor a run of {h.machine}/{h.suite}")
+
+
+def gate_history(paths: list[str], current: str | None, confirm: list[str] | None, threshold: str | None,
+                 window: int | None, spacing: float | None, json_out: str | None) -> int:
+    """The current run against the machine's history (see analysis.history_gate)."""
+    from cxlbench.analysis import history as hist
+    from cxlbench.analysis.history_gate import Rule, judge
+    from cxlbench.cli.history_view import verdict_json, verdict_text
+    from cxlbench.units import parse_fraction
+    runs, left = hist.read_runs(paths)
+    if not runs:
+        raise UserError("no complete runs under " + ", ".join(paths))
+    h0 = hist.build(runs, ("", "", ""))
+    cur = _resolve(h0, current or "latest")
+    key, chosen = hist.choose(runs, like=cur)
+    h = hist.build(chosen, key, left)
+    later = h.runs["run_id"].tolist()[h.runs["run_id"].tolist().index(cur.run_id) + 1:] \
+        if cur.run_id in h.paths else []
+    refs = later if confirm == ["later"] else (confirm or [])
+    rule = Rule(**{k: v for k, v in (("threshold", parse_fraction(threshold) if threshold else None),
+                                     ("window", window), ("spacing_s", spacing)) if v is not None})
+    verdict = judge(h, cur, [_resolve(h, r) for r in refs], rule)
+    print(verdict_text(verdict))
+    if json_out:
+        Path(json_out).write_text(verdict_json(verdict))
+    return verdict.exit_code
+
+
 def _rerunner(current: str, root: str):
     """gate --confirm: re-measure only the flagged cases, with the current run's suite."""
     from cxlbench.results.store import load_run

@@ -98,20 +98,37 @@ def parser() -> argparse.ArgumentParser:
     ab.set_defaults(func=lambda a: commands.ab(a.file, a.judge, a.out, a.root, a.label, a.threshold, sys.argv))
 
     g = sub.add_parser("gate", help="exit 1 when a case regressed, 2 when the inputs are unusable")
-    g.add_argument("--baseline", required=True)
-    g.add_argument("--current", required=True)
+    against = g.add_mutually_exclusive_group(required=True)
+    against.add_argument("--baseline", help="the run to compare with")
+    against.add_argument("--history", nargs="+", metavar="RESULTS",
+                         help="the machine's history instead: its runs of the current run's suite; "
+                              "exit 3 when a point is suspect and needs confirmation runs")
+    g.add_argument("--current", help="the run to judge (with --history: a run id, or latest, the default)")
     g.add_argument("--threshold", help="e.g. 5%% (default: the thresholds file's, else 5%%)")
     g.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
     g.add_argument("--allow-missing", action="store_true", help="cases missing from one side don't exit 2")
-    g.add_argument("--confirm", action="store_true", help="re-run flagged cases; fail only if they regress again")
+    g.add_argument("--confirm", nargs="*", metavar="RUN",
+                   help="re-run flagged cases and fail only if they regress again; with --history: "
+                        "the confirmation runs (directories, run ids, or `later`: every run after --current)")
+    g.add_argument("--window", type=int, help="--history: runs in the reference (default 25, at least 10)")
+    g.add_argument("--spacing", type=seconds, help="--history: seconds between confirmation runs (default 600)")
     g.add_argument("--ignore-identity", action="append", default=[], metavar="FIELD",
                    help="an identity field allowed to differ (e.g. kernel)")
     g.add_argument("--markdown", help="write a markdown summary here (for a CI job page)")
     g.add_argument("--json", help="write the machine-readable verdict here")
     g.add_argument("--junit", help="write JUnit XML here")
-    g.set_defaults(func=lambda a: commands.gate(
-        a.baseline, a.current, a.threshold, a.thresholds, a.allow_missing, a.confirm,
-        a.ignore_identity, a.markdown, a.json, a.junit, a.root))
+    g.set_defaults(func=_gate)
+
+    h = sub.add_parser("history", help="a machine's runs over time: trends, change points, environment changes")
+    h.add_argument("results", nargs="*", help="results directories (default: results/)")
+    h.add_argument("--machine", help="the machine's name, where the runs hold several")
+    h.add_argument("--suite", help="the suite, where the runs hold several")
+    h.add_argument("-o", "--out", help="write the trend report (HTML) here")
+    h.add_argument("--min-change", help="the smallest step called a change point (default 5%%)")
+    h.add_argument("--accept", metavar="RUN", help="mark RUN (a run id or latest) as the first of a new normal")
+    h.add_argument("--reason", help="why the change is accepted (with --accept)")
+    h.set_defaults(func=lambda a: commands.history(a.results, a.machine, a.suite, a.out, a.accept, a.reason,
+                                                   a.min_change))
 
     cal = sub.add_parser("calibrate", help="an A/A pair of runs: noise floor per case, gate false-positive rate")
     cal.add_argument("run_a")
@@ -125,6 +142,17 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--out", required=True)
     e.set_defaults(func=lambda a: commands.export(a.run, a.out, a.format))
     return p
+
+
+def _gate(a: argparse.Namespace) -> int:
+    if a.history:
+        return commands.gate_history(a.history, a.current, a.confirm, a.threshold, a.window, a.spacing, a.json)
+    if a.current is None:
+        raise commands.UserError("gate --baseline needs --current")
+    if a.confirm:
+        raise commands.UserError("gate --baseline: --confirm takes no runs (it re-measures the flagged cases)")
+    return commands.gate(a.baseline, a.current, a.threshold, a.thresholds, a.allow_missing, a.confirm is not None,
+                         a.ignore_identity, a.markdown, a.json, a.junit, a.root)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,282 @@
+"""A machine's history: its runs of one suite in time order, one row per run × point.
+
+A nightly job's best reference is not one earlier run but the machine's history:
+enough runs to measure the between-run variance rather than assume it, and to
+see where a figure stepped and what changed in the environment there. A history
+is read from any number of results directories (runs are found by their run.json,
+duplicates by run id counted once) and holds one machine and one suite: runs are
+comparable only when the hardware identity matches (the kernel aside — a kernel
+upgrade is a change to mark in the history, not another machine).
+
+Accepting a change is explicit: `accept` appends a marker to the machine folder
+that holds the run (accepted.jsonl beside the runs, so it travels with them),
+and the gate's reference window starts at the latest accepted run.
+"""
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import math
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from cxlbench.analysis import machine as machine_mod
+from cxlbench.analysis.changepoints import ChangePoint, change_points
+from cxlbench.analysis.compare import params_text, parse_case_params
+from cxlbench.analysis.headlines import figures
+from cxlbench.analysis.reduction import points, precision, repetitions
+from cxlbench.results.store import COMPLETE, ResultsError, Run, find_runs, load_run, now_iso
+
+MARKERS = "accepted.jsonl"
+#: What a history marks where it changes: the software and firmware under the figures.
+ENVIRONMENT = {
+    "kernel": lambda m: machine_mod.environment(m).get("kernel") or (m.get("versions") or {}).get("kernel"),
+    "bios": lambda m: " ".join(filter(None, (machine_mod.environment(m).get("bios_version"),
+                                             machine_mod.environment(m).get("bios_date")))) or None,
+    "microcode": lambda m: machine_mod.environment(m).get("microcode"),
+    "thp": lambda m: machine_mod.environment(m).get("thp_enabled"),
+    "cxlbench": lambda m: (m.get("versions") or {}).get("cxlbench"),
+}
+
+
+class HistoryError(ResultsError):
+    """The runs don't make one history (none, or several machines or suites)."""
+
+
+@dataclass(frozen=True)
+class Marker:
+    """An accepted change: from this run on, the figures are the new normal."""
+    run_id: str
+    suite: str
+    accepted_at: str
+    reason: str
+    by: str = ""
+
+
+@dataclass(frozen=True)
+class EnvChange:
+    run_id: str
+    position: int              # the first run with the new value
+    field: str
+    before: Any
+    after: Any
+
+    def __str__(self) -> str:
+        return f"{self.field} {self.before} → {self.after}"
+
+
+@dataclass
+class History:
+    machine: str               # the machine's name, as its runs record it
+    suite: str
+    identity: str              # a short digest of the hardware identity (kernel aside)
+    runs: pd.DataFrame         # one row per run, oldest first: run_id, started, label, position, env
+    rows: pd.DataFrame         # one row per run × point: median, lo, hi, n, precision, headline
+    markers: list[Marker] = field(default_factory=list)
+    changes: list[EnvChange] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)     # runs not in it, and why
+    paths: dict[str, Path] = field(default_factory=dict)   # run_id -> run directory
+
+    def series(self, point: str) -> pd.DataFrame:
+        """One point's rows in time order."""
+        return self.rows[self.rows["point"] == point].sort_values("position")
+
+    def accepted_from(self) -> int:
+        """Position of the latest accepted run (0 when nothing was accepted)."""
+        pos = dict(zip(self.runs["run_id"], self.runs["position"]))
+        return max((pos[m.run_id] for m in self.markers if m.run_id in pos), default=0)
+
+
+def _started(meta: dict[str, Any]) -> pd.Timestamp:
+    return pd.Timestamp(meta.get("started") or meta.get("ended"))
+
+
+def identity_digest(meta: dict[str, Any]) -> str:
+    ident = dict(machine_mod.profile(meta).identity)
+    ident.pop("kernel", None)
+    text = json.dumps(ident, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def suite_name(meta: dict[str, Any]) -> str:
+    suite = meta.get("suite")
+    return str(suite.get("name") if isinstance(suite, dict) else suite or "")
+
+
+def read_runs(paths: Iterable[str | Path]) -> tuple[list[Run], list[str]]:
+    """Every complete run below the paths, once each, oldest first; and what was left out."""
+    found: dict[str, Run] = {}
+    left: list[str] = []
+    for p in paths:
+        for d in find_runs(p):
+            try:
+                run = load_run(d)
+            except ResultsError as e:
+                left.append(str(e))
+                continue
+            if run.status != COMPLETE:
+                left.append(f"{d}: {run.status}, not complete")
+            else:
+                found.setdefault(run.run_id, run)
+    return sorted(found.values(), key=lambda r: (_started(r.meta), r.run_id)), left
+
+
+def _group(run: Run) -> tuple[str, str, str]:
+    return (str(run.meta.get("machine_name") or run.meta.get("hostname") or "?"),
+            suite_name(run.meta), identity_digest(run.meta))
+
+
+def choose(runs: list[Run], machine: str | None = None, suite: str | None = None,
+           like: Run | None = None) -> tuple[tuple[str, str, str], list[Run]]:
+    """The runs of one machine identity and suite: those of `like`, or the only group
+    left after the filters; several groups are an error that names them."""
+    groups: dict[tuple[str, str, str], list[Run]] = {}
+    for r in runs:
+        groups.setdefault(_group(r), []).append(r)
+    if like is not None:
+        key = _group(like)
+        return key, groups.get(key, [])
+    keys = [k for k in groups if (machine is None or k[0] == machine) and (suite is None or k[1] == suite)]
+    if not keys:
+        have = ", ".join(f"{k[0]}/{k[1]}" for k in groups) or "none"
+        raise HistoryError(f"no runs of {machine or 'any machine'}/{suite or 'any suite'} (have: {have})")
+    if len(keys) > 1:
+        have = ", ".join(f"{k[0]}/{k[1]} ({len(groups[k])} runs)" for k in keys)
+        raise HistoryError(f"runs of several machines or suites: {have}; choose one with --machine/--suite")
+    return keys[0], groups[keys[0]]
+
+
+def read_markers(dirs: Iterable[Path]) -> list[Marker]:
+    out: list[Marker] = []
+    for d in sorted(set(dirs)):
+        path = d / MARKERS
+        if not path.exists():
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(Marker(**json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as e:
+                raise HistoryError(f"{path}, line {n}: not a marker ({e})") from None
+    return out
+
+
+def run_rows(run: Run) -> pd.DataFrame:
+    """One row per point of a run: its median over repetitions with the interval,
+    the number of repetitions, the achieved precision, and its headline label
+    where the run's families declared one."""
+    pts = points(repetitions(run.samples))
+    if pts.empty:
+        return pts
+    pts = pts.assign(precision=precision(pts), headline="")
+    for f in figures(run.samples, run.meta, pts):
+        pts.loc[(pts["point"] == f.point) & (pts["metric"] == f.metric), "headline"] = f.label
+    # one key per series: a case's metrics are separate figures
+    pts["point"] = pts["point"] + ":" + pts["metric"].astype(str)
+    cols = ["point", "case_id", "benchmark", "target", "tier_kind", "metric", "unit", "better",
+            "median", "lo", "hi", "n", "rcv", "precision", "headline"]
+    return pts[[c for c in cols if c in pts.columns]]
+
+
+def labels(rows: pd.DataFrame) -> list[str]:
+    """A readable name per row: its headline, else the family, tier and the
+    parameters that vary within the family (and the metric where it has several)."""
+    names: dict[str, str] = {}
+    for bench, grp in rows.drop_duplicates("point").groupby("benchmark", sort=False):
+        params = [{k: int(v) if v.isdigit() else v for k, v in parse_case_params(c).items()}
+                  for c in grp["case_id"]]
+        varying = [k for k in dict.fromkeys(k for p in params for k in p)
+                   if len({p.get(k) for p in params}) > 1]
+        several = grp["metric"].nunique() > 1
+        for point, target, metric, p in zip(grp["point"], grp["target"], grp["metric"], params):
+            text = f"{bench} {target} {params_text(p, varying)}".strip()
+            names[point] = f"{text} {metric}" if several else text
+    return [f"{t} {h}" if h else names[p] for h, t, p in zip(rows["headline"], rows["target"], rows["point"])]
+
+
+def environment_changes(runs: pd.DataFrame) -> list[EnvChange]:
+    out: list[EnvChange] = []
+    for name in ENVIRONMENT:
+        values = runs[name].tolist()
+        for i in range(1, len(values)):
+            if values[i] != values[i - 1]:
+                out.append(EnvChange(runs["run_id"].iloc[i], i, name, values[i - 1], values[i]))
+    return sorted(out, key=lambda c: c.position)
+
+
+def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = ()) -> History:
+    table = pd.DataFrame([{"run_id": r.run_id, "started": _started(r.meta), "label": r.meta.get("label"),
+                           **{k: get(r.meta) for k, get in ENVIRONMENT.items()}} for r in runs])
+    table.insert(0, "position", range(len(table)))
+    frames = [run_rows(r).assign(run_id=r.run_id, position=i) for i, r in enumerate(runs)]
+    rows = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
+    if not rows.empty:
+        rows["label"] = labels(rows)
+    paths = {r.run_id: r.path for r in runs}
+    markers = [m for m in read_markers(p.parent for p in paths.values())
+               if m.run_id in paths and m.suite in ("", key[1])]
+    return History(key[0], key[1], key[2], table, rows, markers, environment_changes(table),
+                   list(left_out), paths)
+
+
+def history(paths: str | Path | Iterable[str | Path], machine: str | None = None,
+            suite: str | None = None) -> History:
+    """The history of one machine and suite found below the paths."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    runs, left = read_runs(paths)
+    if not runs:
+        raise HistoryError("no complete runs under " + ", ".join(map(str, paths)))
+    key, chosen = choose(runs, machine, suite)
+    others = [f"{r.path}: {'/'.join(_group(r)[:2])}, another machine or suite" for r in runs if r not in chosen]
+    return build(chosen, key, left + others)
+
+
+def accept(run_dir: str | Path, reason: str) -> Marker:
+    """Mark a run as the first of a new normal: the gate's window starts there."""
+    run = load_run(run_dir)
+    if not reason.strip():
+        raise HistoryError("accepting a change needs a reason (--reason)")
+    marker = Marker(run.run_id, suite_name(run.meta), now_iso(), reason.strip(),
+                    f"{getpass.getuser()}@{socket.gethostname()}")
+    with open(Path(run.path).parent / MARKERS, "a") as fh:
+        fh.write(json.dumps(marker.__dict__) + "\n")
+    return marker
+
+
+@dataclass(frozen=True)
+class PointChange:
+    point: str
+    label: str
+    change: ChangePoint
+    run_id: str
+
+
+def point_changes(h: History, min_magnitude: float = 0.05, max_pvalue: float = 0.01,
+                  headlines_only: bool = False) -> list[PointChange]:
+    """Change points of every point (or headline) of the history."""
+    out: list[PointChange] = []
+    rows = h.rows[h.rows["headline"] != ""] if headlines_only else h.rows
+    for point, s in rows.groupby("point", sort=False):
+        s = s.sort_values("position")
+        values = s["median"].to_numpy(dtype=float)
+        ok = np.isfinite(values) & (values > 0)
+        positions = s["position"].to_numpy()[ok]
+        for cp in change_points(values[ok], min_magnitude, max_pvalue):
+            pos = int(positions[cp.index])
+            label = s["label"].iloc[0]
+            out.append(PointChange(point, label, cp, h.runs["run_id"].iloc[pos]))
+    return out
+
+
+def spread(values) -> float:
+    """Between-run noise: the standard deviation of log values (≈ relative sd)."""
+    x = np.log(np.asarray(values, dtype=float))
+    return float(np.std(x, ddof=1)) if len(x) > 1 else math.nan

@@ -1,0 +1,195 @@
+"""The gate against a machine's history: is the current run slower than this machine
+usually is?
+
+The reference is the last `window` runs (default 25, at least 10) before the
+current one, since the latest accepted change. Their spread *is* the between-run
+variance — measured, not assumed — so the test for each point is a prediction
+interval: how likely is a run this far the bad way from the history's mean, if
+nothing changed? (one-sided Student t on log values, n-1 degrees of freedom,
+standard error s·sqrt(1 + 1/n)).
+
+False alarms are controlled over the whole suite, in two stages:
+
+1. *suspect*: a point whose p-value survives Benjamini-Hochberg at `q` over all
+   the suite's points, and that moved at least `threshold` the bad way;
+2. *slower*: a suspect point that each of `confirmations` later runs, taken at
+   least `spacing` apart (drift on a shared machine is correlated over minutes:
+   back-to-back confirmations share it and confirm false alarms), also finds at
+   least `threshold` the bad way with p < `alpha`.
+
+Exit codes follow the pairwise gate: 0 pass, 1 slower (confirmed), 2 inputs
+unusable, and 3 suspect (take the confirmation runs, then gate again with them).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from cxlbench.analysis.history import History, labels, run_rows
+from cxlbench.analysis.stats import t_cdf
+from cxlbench.results.store import Run
+
+PASS, SUSPECT, FAIL, ERROR, SHORT = "pass", "suspect", "fail", "error", "inconclusive"
+EXIT = {PASS: 0, SHORT: 0, FAIL: 1, ERROR: 2, SUSPECT: 3}
+MIN_HISTORY = 10
+
+
+@dataclass(frozen=True)
+class Rule:
+    threshold: float = 0.05       # the smallest change worth failing a job for
+    q: float = 0.05               # Benjamini-Hochberg false discovery rate over the suite
+    alpha: float = 0.05           # each confirmation's own test, on points already suspect
+    window: int = 25              # history runs in the reference
+    min_history: int = MIN_HISTORY
+    confirmations: int = 2
+    spacing_s: float = 600.0
+
+    def text(self, points: int) -> str:
+        return (f"rule: a point is suspect when it moved >= {self.threshold:.0%} the bad way and its "
+                f"p-value against the last {self.window} runs of history survives Benjamini-Hochberg "
+                f"at q={self.q:g} over the {points} points; slower when {self.confirmations} later runs, "
+                f">= {self.spacing_s / 60:g} min apart, each move >= {self.threshold:.0%} with "
+                f"p < {self.alpha:g}")
+
+
+@dataclass
+class HistoryVerdict:
+    status: str
+    rows: pd.DataFrame                     # one row per point
+    rule: Rule
+    current: str = ""
+    reference: list[str] = field(default_factory=list)       # run ids in the window
+    confirmations: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.status]
+
+
+def bh_adjust(p: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (q-values), NaN kept NaN."""
+    p = np.asarray(p, dtype=float)
+    out = np.full_like(p, np.nan)
+    ok = np.isfinite(p)
+    if not ok.any():
+        return out
+    v = p[ok]
+    order = np.argsort(v)
+    ranked = v[order] * len(v) / np.arange(1, len(v) + 1)
+    ranked = np.minimum.accumulate(ranked[::-1])[::-1]
+    adj = np.empty_like(v)
+    adj[order] = np.minimum(ranked, 1.0)
+    out[ok] = adj
+    return out
+
+
+def prediction_p(history_values: np.ndarray, value: float, higher_is_better: bool) -> tuple[float, float]:
+    """(change, one-sided p) of `value` against the history: change is value over the
+    history's geometric mean, minus 1; p is how likely a run at least this far the
+    bad way is when nothing changed."""
+    x = np.log(history_values)
+    n = len(x)
+    mean, sd = float(np.mean(x)), float(np.std(x, ddof=1))
+    d = math.log(value) - mean
+    bad = -d if higher_is_better else d
+    if sd == 0:
+        return math.expm1(d), 0.0 if bad > 0 else 1.0
+    t = bad / (sd * math.sqrt(1 + 1 / n))
+    return math.expm1(d), 1.0 - t_cdf(t, n - 1)
+
+
+def _bad(change: float, higher_is_better: bool, threshold: float) -> bool:
+    return (change <= -threshold) if higher_is_better else (change >= threshold)
+
+
+def reference(h: History, current_id: str, exclude: set[str], rule: Rule) -> list[str]:
+    """The runs the current one is judged against: before it, since the latest
+    accepted change, not among the excluded, the newest `window`."""
+    pos = dict(zip(h.runs["run_id"], h.runs["position"]))
+    start = h.accepted_from()
+    end = pos.get(current_id, len(h.runs))
+    ids = [r for r, p in pos.items() if start <= p < end and r not in exclude]
+    return ids[-rule.window:]
+
+
+def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = Rule()) -> HistoryVerdict:
+    """The current run against its history, with confirmations if taken."""
+    confirmations = sorted(confirmations, key=lambda r: pd.Timestamp(r.meta.get("started")))
+    errors = _spacing_errors(current, confirmations, rule)
+    if errors:
+        return HistoryVerdict(ERROR, pd.DataFrame(), rule, current.run_id, errors=errors)
+    ref = reference(h, current.run_id, {c.run_id for c in confirmations}, rule)
+    cur = run_rows(current)
+    known = dict(zip(h.rows["point"], h.rows["label"])) if not h.rows.empty else {}
+    cur["label"] = [known.get(p, own) for p, own in zip(cur["point"], labels(cur))]
+    conf = [run_rows(c).set_index("point")["median"] for c in confirmations]
+    base = h.rows[h.rows["run_id"].isin(ref)]
+    rows = [_point(row, base[base["point"] == row["point"]]["median"].to_numpy(float), conf, rule)
+            for _, row in cur.iterrows()]
+    table = pd.DataFrame(rows)
+    verdict = HistoryVerdict(PASS, table, rule, current.run_id, ref, [c.run_id for c in confirmations])
+    if len(ref) < rule.min_history:
+        verdict.status = SHORT
+        verdict.notes.append(f"inconclusive: {len(ref)} runs of history since "
+                             f"{'the latest accepted change' if h.accepted_from() else 'the first run'}"
+                             f", {rule.min_history} needed")
+        return verdict
+    return _decide(verdict)
+
+
+def _point(row: pd.Series, hist: np.ndarray, conf: list[pd.Series], rule: Rule) -> dict:
+    higher = row["better"] == "higher"
+    hist = hist[np.isfinite(hist) & (hist > 0)]
+    out = {"point": row["point"], "label": row["label"], "headline": row["headline"], "benchmark": row["benchmark"],
+           "target": row["target"], "metric": row["metric"], "unit": row["unit"], "better": row["better"],
+           "current": row["median"], "n_history": len(hist), "baseline": math.nan, "noise": math.nan,
+           "change": math.nan, "p": math.nan, "confirm_changes": [], "confirm_p": []}
+    if len(hist) < 3 or not (row["median"] > 0):
+        return out
+    out["baseline"] = float(np.exp(np.mean(np.log(hist))))
+    out["noise"] = float(np.std(np.log(hist), ddof=1))
+    out["change"], out["p"] = prediction_p(hist, row["median"], higher)
+    for c in conf:
+        v = c.get(row["point"], math.nan)
+        ch, p = prediction_p(hist, v, higher) if v > 0 else (math.nan, math.nan)
+        out["confirm_changes"].append(ch)
+        out["confirm_p"].append(p)
+    return out
+
+
+def _decide(v: HistoryVerdict) -> HistoryVerdict:
+    t, rule = v.rows, v.rule
+    t["q"] = bh_adjust(t["p"].to_numpy(float))
+    higher = t["better"] == "higher"
+    bad = [_bad(c, h, rule.threshold) for c, h in zip(t["change"], higher)]
+    suspect = (t["q"] <= rule.q) & pd.Series(bad, index=t.index)
+    confirmed = [s and len(cc) >= rule.confirmations and
+                 all(_bad(c, h, rule.threshold) and p < rule.alpha for c, p in zip(cc, cp))
+                 for s, cc, cp, h in zip(suspect, t["confirm_changes"], t["confirm_p"], higher)]
+    t["verdict"] = ["slower" if c else ("suspect" if s else "pass") for s, c in zip(suspect, confirmed)]
+    waiting = suspect & (t["confirm_changes"].map(len) < rule.confirmations)
+    t.loc[suspect & ~waiting & ~pd.Series(confirmed, index=t.index), "verdict"] = "not confirmed"
+    good = [(c >= rule.threshold) if h else (c <= -rule.threshold) for c, h in zip(t["change"], higher)]
+    t.loc[(t["q"] <= rule.q) & pd.Series(good, index=t.index), "verdict"] = "faster"
+    v.status = FAIL if any(confirmed) else (SUSPECT if waiting.any() else PASS)
+    if waiting.any():
+        n = int(waiting.sum())
+        v.notes.append(f"{n} suspect point{'s' if n > 1 else ''}: take {rule.confirmations} more runs at "
+                       f"least {rule.spacing_s / 60:g} min apart, then gate again with --confirm")
+    return v
+
+
+def _spacing_errors(current: Run, confirmations: list[Run], rule: Rule) -> list[str]:
+    times = [pd.Timestamp(r.meta.get("started")) for r in [current] + confirmations]
+    errors = []
+    for prev, (t, r) in zip(times, zip(times[1:], confirmations)):
+        gap = (t - prev).total_seconds()
+        if gap < rule.spacing_s:
+            errors.append(f"confirmation {r.run_id} started {gap / 60:.1f} min after the run before it; "
+                          f"confirmations must be >= {rule.spacing_s / 60:g} min apart (--spacing)")
+    return errors

@@ -1,0 +1,235 @@
+"""A machine's history: change points, the trend report, and the gate against history."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cxlbench.analysis import history as hist
+from cxlbench.analysis.changepoints import change_points
+from cxlbench.analysis.history_gate import FAIL, PASS, SHORT, SUSPECT, Rule, bh_adjust, judge
+from cxlbench.cli.main import main
+from cxlbench.results.store import load_run
+from tests.fakes.synthetic import machine, suite_results, write_run
+
+START = pd.Timestamp("2026-11-01T00:00:00+00:00")
+
+
+def _series(rng, n=15, sigma=0.01, step_at=None, step=0.10):
+    x = np.exp(rng.normal(0, sigma, n)) * 100.0
+    if step_at is not None:
+        x[step_at:] *= 1 + step
+    return x
+
+
+# ------------------------------------------------------------------ change points
+
+def test_one_step_is_found_at_the_run_where_it_happened_with_its_size():
+    x = _series(np.random.default_rng(3), step_at=12)
+    (cp,) = change_points(x)
+    assert cp.index == 12
+    assert abs(cp.magnitude - 0.10) < 0.03 and cp.pvalue <= 0.01
+
+
+def test_a_flat_series_has_no_change_point():
+    rng = np.random.default_rng(4)
+    assert sum(len(change_points(_series(rng, n=30, sigma=0.03))) for _ in range(20)) <= 1
+
+
+def test_a_step_below_the_minimum_magnitude_is_not_a_change_point():
+    x = _series(np.random.default_rng(5), sigma=0.002, step_at=8, step=0.03)
+    assert change_points(x, min_magnitude=0.05) == []
+    assert [c.index for c in change_points(x, min_magnitude=0.02)] == [8]
+
+
+def test_two_steps_are_both_found_and_each_holds_between_its_neighbours():
+    x = _series(np.random.default_rng(6), n=30, sigma=0.01, step_at=10, step=0.15)
+    x[20:] *= 0.8
+    assert [c.index for c in change_points(x)] == [10, 20]
+
+
+def test_change_points_are_the_same_every_time():
+    x = _series(np.random.default_rng(7), sigma=0.04, step_at=9, step=0.08)
+    assert change_points(x) == change_points(x)
+
+
+def test_benjamini_hochberg_adjusts_as_published():
+    p = np.array([0.01, 0.04, 0.03, 0.005, np.nan])
+    q = bh_adjust(p)
+    assert np.allclose(q[:4], [0.02, 0.04, 0.04, 0.02]) and np.isnan(q[4])
+
+
+# ------------------------------------------------------------------ histories on disk
+
+def _runs(tmp_path: Path, n: int, *, slow_from: int | None = None, factor: float = 1.10,
+          kernel_from: int | None = None, suite: str = "ci", gap_min: float = 15, seed: int = 0,
+          drift: float = 0.01, out: Path | None = None) -> list[Path]:
+    """n runs of a two-case suite, `gap_min` apart; latency `factor` times higher
+    (bandwidth lower) from run `slow_from` on."""
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i in range(n):
+        shared = float(np.exp(rng.normal(0, drift)))          # the whole run drifts
+        slow = factor if slow_from is not None and i >= slow_from else 1.0
+
+        def f(case, metric, shared=shared, slow=slow):
+            return shared * (slow if metric == "latency_ns" else 1 / slow)
+        kernel = "6.2.0-new" if kernel_from is not None and i >= kernel_from else "6.1.0-synthetic"
+        m, tiers = machine(kernel=kernel, cxl=False)
+        results = suite_results(rng, noise=0.01, tiers=("ddr0",), working_sets=[256 << 20],
+                                pages=("4k",), kernels=("read",), threads=(1,), loaded=False,
+                                extras=False, factor=f)
+        p = write_run(out or tmp_path / "results", results, m=m, tiers=tiers, suite=suite, label=f"r{i}")
+        meta = json.loads((p / "run.json").read_text())
+        meta["started"] = (START + pd.Timedelta(minutes=gap_min * i)).isoformat()
+        (p / "run.json").write_text(json.dumps(meta))
+        paths.append(p)
+    return paths
+
+
+def test_history_is_in_time_order_and_counts_a_run_once(tmp_path):
+    paths = _runs(tmp_path, 4)
+    copy = tmp_path / "copy" / "synth-host"
+    copy.mkdir(parents=True)
+    import shutil
+    shutil.copytree(paths[2], copy / paths[2].name)
+    h = hist.history([tmp_path / "results", tmp_path / "copy"])
+    assert h.runs["label"].tolist() == ["r0", "r1", "r2", "r3"]
+    assert len(h.rows) == 4 * 2 and set(h.rows["position"]) == {0, 1, 2, 3}
+
+
+def test_runs_of_two_suites_are_refused_by_name_unless_one_is_chosen(tmp_path):
+    _runs(tmp_path, 2, suite="ci")
+    _runs(tmp_path, 1, suite="quick", seed=1)
+    with pytest.raises(hist.HistoryError, match=r"synth-host/ci \(2 runs\), synth-host/quick \(1 runs\)"):
+        hist.history(tmp_path / "results")
+    assert len(hist.history(tmp_path / "results", suite="quick").runs) == 1
+
+
+def test_a_kernel_upgrade_is_marked_where_it_happened(tmp_path):
+    _runs(tmp_path, 5, kernel_from=3)
+    h = hist.history(tmp_path / "results")
+    (change,) = h.changes
+    assert (change.position, change.field, change.after) == (3, "kernel", "6.2.0-new")
+
+
+def test_the_step_in_a_history_is_found_on_its_headlines(tmp_path):
+    _runs(tmp_path, 15, slow_from=12)
+    h = hist.history(tmp_path / "results")
+    found = hist.point_changes(h, headlines_only=True)
+    assert {c.label for c in found} == {"ddr0 latency, 256MiB working set, 4k pages",
+                                         "ddr0 peak read bandwidth (1 thread)"}
+    assert all(c.change.index == 12 and abs(abs(c.change.magnitude) - 0.095) < 0.03 for c in found)
+
+
+# ------------------------------------------------------------------ the gate against history
+
+def _judge(paths, current, confirm=(), **rule):
+    h = hist.history(paths[0].parents[1])
+    return judge(h, load_run(paths[current]), [load_run(paths[i]) for i in confirm], Rule(**rule))
+
+
+def test_a_run_like_its_history_passes(tmp_path):
+    paths = _runs(tmp_path, 14)
+    v = _judge(paths, 13)
+    assert v.status == PASS and len(v.reference) == 13
+    assert (v.rows["verdict"] == "pass").all()
+
+
+def test_a_slower_run_is_suspect_until_spaced_confirmations_fail_it(tmp_path):
+    paths = _runs(tmp_path, 16, slow_from=13)
+    v = _judge(paths, 13)
+    assert v.status == SUSPECT and v.exit_code == 3
+    assert set(v.rows["verdict"]) == {"suspect"}
+    assert any("take 2 more runs" in n for n in v.notes)
+    v = _judge(paths, 13, confirm=(14, 15))
+    assert v.status == FAIL and v.exit_code == 1 and set(v.rows["verdict"]) == {"slower"}
+    assert v.rows["change"].abs().between(0.07, 0.13).all()
+
+
+def test_a_suspect_that_the_confirmations_do_not_repeat_passes(tmp_path):
+    paths = _runs(tmp_path, 16, slow_from=13)
+    fine = _runs(tmp_path / "other", 2, seed=9, out=tmp_path / "results2")
+    h = hist.history(paths[0].parents[1])
+    confirms = []
+    for i, p in enumerate(fine):                       # later, back to normal
+        meta = json.loads((p / "run.json").read_text())
+        meta["started"] = (START + pd.Timedelta(minutes=15 * (20 + i))).isoformat()
+        (p / "run.json").write_text(json.dumps(meta))
+        confirms.append(load_run(p))
+    v = judge(h, load_run(paths[13]), confirms)
+    assert v.status == PASS and set(v.rows["verdict"]) == {"not confirmed"}
+
+
+def test_back_to_back_confirmations_are_refused(tmp_path):
+    paths = _runs(tmp_path, 16, slow_from=13, gap_min=2)
+    v = _judge(paths, 13, confirm=(14, 15))
+    assert v.exit_code == 2 and "must be >= 10 min apart" in v.errors[0]
+
+
+def test_under_ten_runs_of_history_is_inconclusive_and_says_so(tmp_path):
+    paths = _runs(tmp_path, 9, slow_from=8, factor=1.5)
+    v = _judge(paths, 8)
+    assert v.status == SHORT and v.exit_code == 0
+    assert "8 runs of history since the first run, 10 needed" in v.notes[0]
+
+
+def test_an_accepted_change_starts_the_reference_window(tmp_path):
+    paths = _runs(tmp_path, 26, slow_from=13)
+    assert _judge(paths, 25).status == PASS            # the slow runs are history by now: no alarm
+    hist.accept(paths[13], "new DIMMs")
+    v = _judge(paths, 25)
+    assert v.status == PASS and v.reference[0] == load_run(paths[13]).run_id
+    v = _judge(paths, 20)
+    assert v.status == SHORT                           # 7 runs since the accepted one
+
+
+def test_accepting_needs_a_reason(tmp_path):
+    paths = _runs(tmp_path, 1)
+    with pytest.raises(hist.HistoryError, match="needs a reason"):
+        hist.accept(paths[0], " ")
+
+
+# ------------------------------------------------------------------ the commands
+
+def test_history_command_prints_the_trend_and_writes_a_self_contained_report(tmp_path, capsys):
+    _runs(tmp_path, 15, slow_from=12)
+    out = tmp_path / "trend.html"
+    assert main(["history", str(tmp_path / "results"), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "history of synth-host/ci: 15 runs" in text and "run 13: +" in text and "run 13: -" in text
+    html = out.read_text()
+    assert "<svg" in html and "http://" not in html.replace("http://www.w3.org", "")
+    assert "src=" not in html and "run 13: +" in html
+
+
+def test_gate_against_history_writes_its_rule_and_verdicts_as_json(tmp_path, capsys):
+    paths = _runs(tmp_path, 16, slow_from=13)
+    out = tmp_path / "gate.json"
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13]),
+               "--confirm", "later", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 1 and "REGRESSION" in text and "Benjamini-Hochberg" in text
+    verdict = json.loads(out.read_text())
+    assert verdict["status"] == FAIL and len(verdict["confirmations"]) == 2
+    assert {p["verdict"] for p in verdict["points"]} == {"slower"}
+
+
+def test_gate_against_history_names_a_run_that_is_not_there(tmp_path, capsys):
+    _runs(tmp_path, 2)
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", "nope"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "nope: neither a run directory nor a run of" in err
+
+
+def test_accept_command_writes_a_marker_beside_the_runs(tmp_path, capsys):
+    paths = _runs(tmp_path, 3)
+    assert main(["history", str(tmp_path / "results"), "--accept", "latest", "--reason", "BIOS 2.1"]) == 0
+    marker = json.loads((paths[0].parent / hist.MARKERS).read_text())
+    assert marker["run_id"] == load_run(paths[2]).run_id and marker["reason"] == "BIOS 2.1"
+    assert main(["history", str(tmp_path / "results")]) == 0
+    assert "accepted: " in capsys.readouterr().out
