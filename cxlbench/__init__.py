@@ -1,6 +1,7 @@
 """cxlbench: characterise the memory tiers AI training spills into.
 
-The public API is small: `load` reads stored runs into a tidy DataFrame.
+The public API is small: `load` reads stored runs into a tidy DataFrame;
+`history` reads a machine's runs of one suite as one row per run × figure.
 """
 __version__ = "0.1.0"
 
@@ -12,4 +13,15 @@ def load(paths, **kwargs):
     return _load(paths, **kwargs)
 
 
-__all__ = ["load", "__version__"]
+def history(paths="results", machine=None, suite=None):
+    """A machine's runs of one suite in time order, one row per run × figure (its
+    median, interval, repetitions, precision, headline label, and the run's kernel,
+    firmware, THP and cxlbench version), as a pandas DataFrame. The History record
+    behind it (change points, accepted changes): cxlbench.analysis.history.history."""
+    from cxlbench.analysis.history import history as _history
+    h = _history(paths, machine, suite)
+    return h.rows.merge(h.runs, on=["run_id", "position"]).sort_values(["position", "point"],
+                                                                        ignore_index=True)
+
+
+__all__ = ["load", "history", "__version__"]

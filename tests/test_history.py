@@ -98,7 +98,7 @@ def test_history_is_in_time_order_and_counts_a_run_once(tmp_path):
     import shutil
     shutil.copytree(paths[2], copy / paths[2].name)
     h = hist.history([tmp_path / "results", tmp_path / "copy"])
-    assert h.runs["label"].tolist() == ["r0", "r1", "r2", "r3"]
+    assert h.runs["run_label"].tolist() == ["r0", "r1", "r2", "r3"]
     assert len(h.rows) == 4 * 2 and set(h.rows["position"]) == {0, 1, 2, 3}
 
 
@@ -233,3 +233,12 @@ def test_accept_command_writes_a_marker_beside_the_runs(tmp_path, capsys):
     assert marker["run_id"] == load_run(paths[2]).run_id and marker["reason"] == "BIOS 2.1"
     assert main(["history", str(tmp_path / "results")]) == 0
     assert "accepted: " in capsys.readouterr().out
+
+
+def test_the_python_api_gives_one_row_per_run_and_figure_with_the_environment(tmp_path):
+    import cxlbench
+    _runs(tmp_path, 3, kernel_from=2)
+    frame = cxlbench.history(tmp_path / "results")
+    assert len(frame) == 3 * 2 and frame["position"].is_monotonic_increasing
+    assert frame.groupby("position")["kernel"].first().tolist() == ["6.1.0-synthetic"] * 2 + ["6.2.0-new"]
+    assert {"median", "lo", "hi", "precision", "label", "run_label", "started"} <= set(frame.columns)

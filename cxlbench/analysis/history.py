@@ -76,7 +76,7 @@ class History:
     machine: str               # the machine's name, as its runs record it
     suite: str
     identity: str              # a short digest of the hardware identity (kernel aside)
-    runs: pd.DataFrame         # one row per run, oldest first: run_id, started, label, position, env
+    runs: pd.DataFrame         # one row per run, oldest first: run_id, started, run_label, position, env
     rows: pd.DataFrame         # one row per run × point: median, lo, hi, n, precision, headline
     markers: list[Marker] = field(default_factory=list)
     changes: list[EnvChange] = field(default_factory=list)
@@ -212,7 +212,7 @@ def environment_changes(runs: pd.DataFrame) -> list[EnvChange]:
 
 
 def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = ()) -> History:
-    table = pd.DataFrame([{"run_id": r.run_id, "started": _started(r.meta), "label": r.meta.get("label"),
+    table = pd.DataFrame([{"run_id": r.run_id, "started": _started(r.meta), "run_label": r.meta.get("label"),
                            **{k: get(r.meta) for k, get in ENVIRONMENT.items()}} for r in runs])
     table.insert(0, "position", range(len(table)))
     frames = [run_rows(r).assign(run_id=r.run_id, position=i) for i, r in enumerate(runs)]

@@ -55,7 +55,7 @@ def trend_context(h: History, changes: list[PointChange]) -> dict[str, Any]:
             chart = _chart(s, cps, env_marks, maker.color(s["target"].iloc[0] + "|"))
             charts.append({"svg": maker.svg(chart), "wide": False})
     runs = [{"n": int(r.position) + 1, "run_id": r.run_id, "started": f"{r.started:%Y-%m-%d %H:%M}",
-             "label": r.label or "", "kernel": r.kernel, "bios": r.bios or "—", "thp": r.thp,
+             "label": r.run_label or "", "kernel": r.kernel, "bios": r.bios or "—", "thp": r.thp,
              "cxlbench": r.cxlbench} for r in h.runs.itertuples()]
     first, last = h.runs["started"].iloc[0], h.runs["started"].iloc[-1]
     csv = h.rows.drop(columns=["case_id"]).merge(h.runs[["run_id", "started"]], on="run_id")
