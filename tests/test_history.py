@@ -105,9 +105,24 @@ def test_history_is_in_time_order_and_counts_a_run_once(tmp_path):
 def test_runs_of_two_suites_are_refused_by_name_unless_one_is_chosen(tmp_path):
     _runs(tmp_path, 2, suite="ci")
     _runs(tmp_path, 1, suite="quick", seed=1)
-    with pytest.raises(hist.HistoryError, match=r"synth-host/ci \(2 runs\), synth-host/quick \(1 runs\)"):
+    with pytest.raises(hist.HistoryError, match="several machines or suites") as e:
         hist.history(tmp_path / "results")
+    assert "synth-host/ci [" in str(e.value) and "] (2 runs)" in str(e.value) and "synth-host/quick [" in str(e.value)
     assert len(hist.history(tmp_path / "results", suite="quick").runs) == 1
+
+
+def test_memory_that_moved_a_little_between_boots_is_the_same_machine(tmp_path):
+    _runs(tmp_path, 2)
+    m, tiers = machine(cxl=False, ddr_bytes=63 * 2**30)        # a balloon took 1 GiB
+    p = write_run(tmp_path / "results", suite_results(np.random.default_rng(1), tiers=("ddr0",),
+                  working_sets=[256 << 20], pages=("4k",), kernels=("read",), threads=(1,), loaded=False,
+                  extras=False), m=m, tiers=tiers, suite="ci")
+    assert len(hist.history(tmp_path / "results").runs) == 3
+    m, tiers = machine(cxl=False, cpu_model="Another CPU")
+    write_run(tmp_path / "results", [], m=m, tiers=tiers, suite="ci")
+    with pytest.raises(hist.HistoryError, match="several machines"):
+        hist.history(tmp_path / "results")
+    assert p.exists()
 
 
 def test_a_kernel_upgrade_is_marked_where_it_happened(tmp_path):
@@ -242,3 +257,12 @@ def test_the_python_api_gives_one_row_per_run_and_figure_with_the_environment(tm
     assert len(frame) == 3 * 2 and frame["position"].is_monotonic_increasing
     assert frame.groupby("position")["kernel"].first().tolist() == ["6.1.0-synthetic"] * 2 + ["6.2.0-new"]
     assert {"median", "lo", "hi", "precision", "label", "run_label", "started"} <= set(frame.columns)
+
+
+def test_the_detectable_change_grows_with_the_history_noise_and_never_undercuts_the_threshold():
+    from cxlbench.analysis.history_gate import detectable
+    rule = Rule()
+    assert detectable(0.001, 20, 8, rule) == rule.threshold
+    quiet, noisy = detectable(0.03, 20, 8, rule), detectable(0.12, 20, 8, rule)
+    assert 0.08 < quiet < 0.12 and 0.35 < noisy < 0.5
+    assert detectable(0.03, 20, 1, rule) < quiet       # fewer points: a lighter correction

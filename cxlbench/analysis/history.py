@@ -127,29 +127,45 @@ def read_runs(paths: Iterable[str | Path]) -> tuple[list[Run], list[str]]:
     return sorted(found.values(), key=lambda r: (_started(r.meta), r.run_id)), left
 
 
-def _group(run: Run) -> tuple[str, str, str]:
-    return (str(run.meta.get("machine_name") or run.meta.get("hostname") or "?"),
-            suite_name(run.meta), identity_digest(run.meta))
+def _name(run: Run) -> tuple[str, str]:
+    return str(run.meta.get("machine_name") or run.meta.get("hostname") or "?"), suite_name(run.meta)
+
+
+def same_hardware(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Identity equal but for the kernel, capacities within machine.CAPACITY_TOLERANCE
+    (a balloon or a firmware reservation moves MemTotal between boots)."""
+    diffs = machine_mod.differences([machine_mod.profile(a), machine_mod.profile(b)], ignore=("kernel",))
+    return not any(d.kind == "identity" for d in diffs)
+
+
+def groups(runs: list[Run]) -> dict[tuple[str, str, str], list[Run]]:
+    """Runs by (machine name, suite, hardware identity digest of the group's first run)."""
+    out: dict[tuple[str, str, str], list[Run]] = {}
+    for r in runs:
+        key = next((k for k, members in out.items()
+                    if k[:2] == _name(r) and same_hardware(members[0].meta, r.meta)),
+                   (*_name(r), identity_digest(r.meta)))
+        out.setdefault(key, []).append(r)
+    return out
 
 
 def choose(runs: list[Run], machine: str | None = None, suite: str | None = None,
            like: Run | None = None) -> tuple[tuple[str, str, str], list[Run]]:
     """The runs of one machine identity and suite: those of `like`, or the only group
     left after the filters; several groups are an error that names them."""
-    groups: dict[tuple[str, str, str], list[Run]] = {}
-    for r in runs:
-        groups.setdefault(_group(r), []).append(r)
+    ids = {r.run_id for r in runs}
+    found = groups(runs + ([like] if like is not None and like.run_id not in ids else []))
     if like is not None:
-        key = _group(like)
-        return key, groups.get(key, [])
-    keys = [k for k in groups if (machine is None or k[0] == machine) and (suite is None or k[1] == suite)]
+        key = next(k for k, members in found.items() if like.run_id in {m.run_id for m in members})
+        return key, [m for m in found[key] if m.run_id in ids]
+    keys = [k for k in found if (machine is None or k[0] == machine) and (suite is None or k[1] == suite)]
     if not keys:
-        have = ", ".join(f"{k[0]}/{k[1]}" for k in groups) or "none"
+        have = ", ".join(f"{k[0]}/{k[1]}" for k in found) or "none"
         raise HistoryError(f"no runs of {machine or 'any machine'}/{suite or 'any suite'} (have: {have})")
     if len(keys) > 1:
-        have = ", ".join(f"{k[0]}/{k[1]} ({len(groups[k])} runs)" for k in keys)
+        have = ", ".join(f"{k[0]}/{k[1]} [{k[2]}] ({len(found[k])} runs)" for k in keys)
         raise HistoryError(f"runs of several machines or suites: {have}; choose one with --machine/--suite")
-    return keys[0], groups[keys[0]]
+    return keys[0], found[keys[0]]
 
 
 def read_markers(dirs: Iterable[Path]) -> list[Marker]:
@@ -235,7 +251,8 @@ def history(paths: str | Path | Iterable[str | Path], machine: str | None = None
     if not runs:
         raise HistoryError("no complete runs under " + ", ".join(map(str, paths)))
     key, chosen = choose(runs, machine, suite)
-    others = [f"{r.path}: {'/'.join(_group(r)[:2])}, another machine or suite" for r in runs if r not in chosen]
+    kept = {r.run_id for r in chosen}
+    others = [f"{r.path}: {'/'.join(_name(r))}, another machine or suite" for r in runs if r.run_id not in kept]
     return build(chosen, key, left + others)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis.history import History, labels, run_rows
-from cxlbench.analysis.stats import t_cdf
+from cxlbench.analysis.stats import t_cdf, t_quantile
 from cxlbench.results.store import Run
 
 PASS, SUSPECT, FAIL, ERROR, SHORT = "pass", "suspect", "fail", "error", "inconclusive"
@@ -117,13 +117,16 @@ def reference(h: History, current_id: str, exclude: set[str], rule: Rule) -> lis
     return ids[-rule.window:]
 
 
-def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = Rule()) -> HistoryVerdict:
-    """The current run against its history, with confirmations if taken."""
+def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = Rule(),
+          reference_ids: list[str] | None = None) -> HistoryVerdict:
+    """The current run against its history, with confirmations if taken;
+    `reference_ids` replaces the window (leave-one-out evidence uses it)."""
     confirmations = sorted(confirmations, key=lambda r: pd.Timestamp(r.meta.get("started")))
     errors = _spacing_errors(current, confirmations, rule)
     if errors:
         return HistoryVerdict(ERROR, pd.DataFrame(), rule, current.run_id, errors=errors)
-    ref = reference(h, current.run_id, {c.run_id for c in confirmations}, rule)
+    ref = reference_ids if reference_ids is not None else \
+        reference(h, current.run_id, {c.run_id for c in confirmations}, rule)
     cur = run_rows(current)
     known = dict(zip(h.rows["point"], h.rows["label"])) if not h.rows.empty else {}
     cur["label"] = [known.get(p, own) for p, own in zip(cur["point"], labels(cur))]
@@ -162,9 +165,19 @@ def _point(row: pd.Series, hist: np.ndarray, conf: list[pd.Series], rule: Rule) 
     return out
 
 
+def detectable(noise: float, n: int, points: int, rule: Rule) -> float:
+    """The smallest change this history lets one point be called suspect for, when
+    it moves alone (Benjamini-Hochberg then asks p <= q/points of it): the MDE."""
+    if not (n >= 3 and math.isfinite(noise)):
+        return math.nan
+    t = t_quantile(1 - rule.q / max(points, 1), n - 1)
+    return max(rule.threshold, math.expm1(t * noise * math.sqrt(1 + 1 / n)))
+
+
 def _decide(v: HistoryVerdict) -> HistoryVerdict:
     t, rule = v.rows, v.rule
     t["q"] = bh_adjust(t["p"].to_numpy(float))
+    t["detectable"] = [detectable(s, n, len(t), rule) for s, n in zip(t["noise"], t["n_history"])]
     higher = t["better"] == "higher"
     bad = [_bad(c, h, rule.threshold) for c, h in zip(t["change"], higher)]
     suspect = (t["q"] <= rule.q) & pd.Series(bad, index=t.index)

@@ -60,10 +60,11 @@ def verdict_text(v: HistoryVerdict) -> str:
     for _, r in v.rows.iterrows():
         conf = " ".join(_pct(c) for c in r["confirm_changes"]) or "—"
         rows.append([r["label"], f"{format_number(r['baseline'])} {r['unit']}", _pct(r["noise"], False),
+                     _pct(r.get("detectable", math.nan), False).replace("±", "≥"),
                      format_number(r["current"]), _pct(r["change"]), _p(r["p"]), _p(r.get("q", math.nan)),
                      conf, r.get("verdict", "—")])
-    lines += text_table(["figure", "history", "run-to-run", "current", "change", "p", "q (BH)",
-                     "confirmations", "verdict"], rows, {1, 2, 3, 4, 5, 6})
+    lines += text_table(["figure", "history", "run-to-run", "detectable", "current", "change", "p", "q (BH)",
+                         "confirmations", "verdict"], rows, {1, 2, 3, 4, 5, 6, 7})
     lines += v.notes
     lines.append(v.rule.text(len(v.rows)))
     return "\n".join(lines)

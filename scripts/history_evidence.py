@@ -1,0 +1,111 @@
+"""The evidence docs/gating.md gives for the gate against history, from a real
+history of one machine (runs of one suite, spaced in time):
+
+- leave-one-out: each run judged against every other run of the history, with its
+  confirmations the first later runs spaced as the rule asks — how often a real,
+  unchanged run is called suspect, and how often slower (a false alarm);
+- detection: each run doctored 10% the bad way (latency x1.10, bandwidth x0.90),
+  judged against the runs before it, with doctored copies of later real runs as
+  confirmations — how often it fails;
+- change points: the series with its last 3 runs doctored — where the steps are found.
+
+    python scripts/history_evidence.py RESULTS [--suite ci] [--factor 1.10]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pandas as pd
+
+from cxlbench.analysis import history as hist
+from cxlbench.analysis.history_gate import FAIL, SUSPECT, Rule, judge
+from cxlbench.results.store import Run, load_run
+
+
+def doctored(run: Run, factor: float) -> Run:
+    """The run with every sample `factor` worse: latency times it, bandwidth divided."""
+    s = run.samples.copy()
+    s["value"] = s["value"] * s["better"].map({"lower": factor, "higher": 1 / factor})
+    return dataclasses.replace(run, samples=s)
+
+
+def confirmations(h: hist.History, after: int, rule: Rule) -> list[str]:
+    """The first later runs, each >= rule.spacing_s after the one before it."""
+    out, last = [], h.runs["started"].iloc[after]
+    for r in h.runs.iloc[after + 1:].itertuples():
+        if (r.started - last).total_seconds() >= rule.spacing_s and len(out) < rule.confirmations:
+            out.append(r.run_id)
+            last = r.started
+    return out
+
+
+def leave_one_out(h: hist.History, runs: dict[str, Run], rule: Rule) -> pd.DataFrame:
+    rows = []
+    ids = h.runs["run_id"].tolist()
+    for i, rid in enumerate(ids):
+        conf = confirmations(h, i, rule)
+        others = [r for r in ids if r != rid and r not in conf][-rule.window:]
+        first = judge(h, runs[rid], [], rule, reference_ids=others)
+        final = judge(h, runs[rid], [runs[c] for c in conf], rule, reference_ids=others) \
+            if first.status == SUSPECT and len(conf) == rule.confirmations else first
+        rows.append({"run": i + 1, "suspect": first.status == SUSPECT, "false_alarm": final.status == FAIL,
+                     "unconfirmable": first.status == SUSPECT and len(conf) < rule.confirmations})
+    return pd.DataFrame(rows)
+
+
+def detection(h: hist.History, runs: dict[str, Run], rule: Rule, factor: float) -> pd.DataFrame:
+    rows = []
+    ids = h.runs["run_id"].tolist()
+    for i, rid in enumerate(ids):
+        conf = confirmations(h, i, rule)
+        if i < rule.min_history or len(conf) < rule.confirmations:
+            continue
+        cur = doctored(runs[rid], factor)
+        first = judge(h, cur, [], rule, reference_ids=ids[max(0, i - rule.window):i])
+        final = judge(h, cur, [doctored(runs[c], factor) for c in conf], rule,
+                      reference_ids=ids[max(0, i - rule.window):i])
+        slower = final.rows[final.rows["verdict"] == "slower"]["label"].tolist()
+        rows.append({"run": i + 1, "suspect": first.status == SUSPECT, "fails": final.status == FAIL,
+                     "slower": ", ".join(slower)})
+    return pd.DataFrame(rows)
+
+
+def steps(h: hist.History, runs: dict[str, Run], factor: float) -> list[hist.PointChange]:
+    ids = h.runs["run_id"].tolist()
+    changed = [doctored(runs[r], factor) if i >= len(ids) - 3 else runs[r] for i, r in enumerate(ids)]
+    return hist.point_changes(hist.build(changed, (h.machine, h.suite, h.identity)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--suite")
+    ap.add_argument("--factor", type=float, default=1.10)
+    a = ap.parse_args()
+    h = hist.history(a.results, suite=a.suite)
+    runs = {rid: load_run(p) for rid, p in h.paths.items()}
+    rule = Rule()
+    span = (h.runs["started"].iloc[-1] - h.runs["started"].iloc[0]).total_seconds() / 60
+    print(f"{h.machine}/{h.suite}: {len(h.runs)} runs over {span:.0f} min; {rule.text(h.rows['point'].nunique())}")
+    noise = h.rows.groupby("label")["median"].apply(hist.spread).sort_values()
+    print("run-to-run noise (sd of log median): " + ", ".join(f"{k} {v * 100:.1f}%" for k, v in noise.items()))
+    loo = leave_one_out(h, runs, rule)
+    print(f"leave-one-out: {int(loo.suspect.sum())}/{len(loo)} suspect, "
+          f"{int(loo.false_alarm.sum())}/{len(loo)} false alarms (fail after confirmation), "
+          f"{int(loo.unconfirmable.sum())} suspect without later runs to confirm")
+    det = detection(h, runs, rule, a.factor)
+    if len(det):
+        print(f"doctored x{a.factor:g}: {int(det.suspect.sum())}/{len(det)} suspect, "
+              f"{int(det.fails.sum())}/{len(det)} fail after confirmation")
+        print(det.to_string(index=False))
+    found = steps(h, runs, a.factor)
+    n = len(h.runs)
+    print(f"last 3 runs doctored: change points {len(found)}; at run {n - 2} "
+          f"{sum(c.change.index == n - 3 for c in found)}/{h.rows['point'].nunique()} figures")
+    for c in found:
+        print(f"  {c.label}: run {c.change.index + 1}, {c.change.magnitude * 100:+.1f}%, p {c.change.pvalue:.3f}")
+
+
+if __name__ == "__main__":
+    main()
