@@ -3,7 +3,7 @@
 The public API is small: `load` reads stored runs into a tidy DataFrame;
 `history` reads a machine's runs of one suite as one row per run × figure.
 """
-__version__ = "0.1.0"
+from cxlbench.version import __version__
 
 
 def load(paths, **kwargs):

@@ -26,9 +26,12 @@ PACKAGE = REPO / "cxlbench"
 #:    gpu.buffers.host_array);
 #:  - export (a run in pytest-benchmark's format) is an output beside the report;
 #:  - _native is the C core (no Python imports of its own);
-#:  - results, units and closing are one layer, used by all; the package's own
-#:    __init__ (load, __version__) only reads the store, so it is there too.
+#:  - results, units, closing and version are one layer, used by all;
+#:  - the package's own __init__ is the public API (load, history): it reads the
+#:    store and the analysis, so it sits on top, and its __version__ comes from
+#:    cxlbench.version, which every layer may read.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("api", ("cxlbench",)),
     ("cli", ("cxlbench.cli",)),
     ("report", ("cxlbench.report", "cxlbench.export")),
     ("analysis", ("cxlbench.analysis",)),
@@ -40,7 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("topology", ("cxlbench.topology",)),
     ("_native", ("cxlbench._native",)),
     ("gpu", ("cxlbench.gpu",)),
-    ("results", ("cxlbench.results", "cxlbench.units", "cxlbench.closing", "cxlbench")),
+    ("results", ("cxlbench.results", "cxlbench.units", "cxlbench.closing", "cxlbench.version")),
 ]
 #: compiled modules: imported by name, never read
 EXTENSIONS = ("cxlbench._native",)

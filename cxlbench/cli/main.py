@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cxlbench import __version__
+from cxlbench.version import __version__
 from cxlbench.cli import commands
 from cxlbench.cli.commands import UserError
 

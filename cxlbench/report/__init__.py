@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import jinja2
 import pandas as pd
 
-from cxlbench import __version__
+from cxlbench.version import __version__
 from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt_change, fmt_ci_change,
                                        fmt_pct)
 from cxlbench import units

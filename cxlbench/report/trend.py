@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cxlbench import __version__
+from cxlbench.version import __version__
 from cxlbench.analysis.history import History, PointChange, spread
 from cxlbench.report import _css, build, environment
 from cxlbench.report.plots import Chart, Series

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from cxlbench import __version__
+from cxlbench.version import __version__
 from cxlbench.benchmarks import family
 from cxlbench.benchmarks.base import Env, Planned, describe
 from cxlbench.results.schema import COMPLETE, CORE_COLUMNS, FAILED, PARTIAL, SKIPPED, CaseResult
