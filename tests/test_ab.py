@@ -68,12 +68,40 @@ def test_settings_reach_every_table_whose_family_has_the_key(tmp_path):
     ('[[config]]\nname = "a"\nset = { level = "high" }\n\n[[config]]\nname = "b"\n', "level = 'high'"),
     ('[[config]]\nname = "a"\nbefore = "false"\n\n[[config]]\nname = "b"\n', "before-command failed"),
     ('[[config]]\nname = "a"\n\n[[config]]\nname = "a"\n', "must differ"),
+    ('[[config]]\nname = "a"\npython = "/nonexistent/python"\n\n[[config]]\nname = "b"\n', "cannot start"),
 ])
 def test_a_configuration_that_cannot_be_honoured_exits_2_in_one_line(tmp_path, capsys, configs, says):
     code = main(["ab", ab_file(tmp_path, configs), "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_another_installation_measures_its_side_in_its_own_interpreter(tmp_path):
+    other = tmp_path / "other" / "fakes"                 # another build of the family: reads 25% higher
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    source = (Path(__file__).parent / "fakes" / "family.py").read_text()
+    (other / "family.py").write_text(source + '\nos.environ["CXLBENCH_FAKE"] = "125"\n')
+    configs = ('[[config]]\nname = "here"\nenv = { CXLBENCH_FAKE = "100" }\n\n'
+               f'[[config]]\nname = "there"\nenv = {{ CXLBENCH_FAKE = "100" }}\npythonpath = "{other.parent}"\n')
+    where = run_session(load_session(ab_file(tmp_path, configs, modes=["env"])), out=str(tmp_path / "r"))
+    [v] = judge_session(where).verdicts
+    assert v.change.ratio == pytest.approx(1.25) and v.change.verdict == "slower"
+    record = json.loads((where / "ab.json").read_text())
+    assert record["configs"][1]["pythonpath"] == str(other.parent)
+    assert load_run(record["configs"][1]["run"]).meta["ab"]["pythonpath"] == str(other.parent)
+
+
+def test_an_installation_that_cannot_import_its_cxlbench_is_refused_in_one_line(tmp_path, capsys):
+    broken = tmp_path / "broken" / "cxlbench"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('half-built checkout')\n")
+    configs = f'[[config]]\nname = "a"\n\n[[config]]\nname = "b"\npythonpath = "{broken.parent}"\n'
+    code = main(["ab", ab_file(tmp_path, configs), "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot import its cxlbench (ImportError: half-built checkout)" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_a_failure_in_the_middle_keeps_everything_measured_so_far(tmp_path, capsys):

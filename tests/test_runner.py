@@ -178,7 +178,7 @@ def test_a_budget_spent_between_processes_keeps_what_was_measured_as_ok(tmp_path
     from cxlbench.runner import run as run_mod
     clock = {"t": 0.0}
 
-    def fake_case(case, ref, env, timeout):
+    def fake_case(case, ref, env, timeout, installation=None):
         clock["t"] += 1.0
         return CaseResult(case, OK, samples=[Sample("latency_ns", 1.0, r) for r in range(case.repetitions)])
     monkeypatch.setattr(run_mod, "run_case", fake_case)

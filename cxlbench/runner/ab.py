@@ -30,6 +30,8 @@ A configuration is a named option set, from a TOML file:
     tier = ["cxl=node:1"]         # tier declarations
     env = { OMP_NUM_THREADS = "1" }   # environment of its worker processes
     before = "echo always > /sys/kernel/mm/transparent_hugepage/enabled"   # before each turn
+    python = "/opt/cxlbench-main/.venv/bin/python"   # another installation measures this side
+    pythonpath = "/src/cxlbench-O3"   # ... or another source tree, its C core built in place
 
 Each configuration's cases are paired with the other's by their place in the plan,
 so both must plan the same cases but for what `set` changes. The session writes
@@ -60,9 +62,10 @@ from cxlbench.runner import processes
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.run import RunConfig, build_env, measure_slice, native_built, open_writer, plan_suite
 from cxlbench.runner.suite import SuiteError, check_known, load_suite, read_toml
+from cxlbench.runner.worker import Installation
 
 AB_JSON = "ab.json"
-CONFIG_KEYS = {"name", "set", "tier", "env", "before"}
+CONFIG_KEYS = {"name", "set", "tier", "env", "before", "python", "pythonpath"}
 SESSION_KEYS = {"suite", "rounds", "repetitions", "threshold", "benchmarks", "seed", "config",
                 "precision", "max_rounds", "budget_s"}
 
@@ -75,6 +78,12 @@ class Config:
     tier: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     before: str = ""
+    python: str = ""               # another installation's interpreter
+    pythonpath: str = ""           # another source tree, first on its path
+
+    def installation(self) -> Installation | None:
+        """Who measures this side: None for this cxlbench, else the other one."""
+        return Installation(self.python, self.pythonpath) if self.python or self.pythonpath else None
 
 
 @dataclass
@@ -111,7 +120,8 @@ def load_session(path: str | Path) -> Session:
         if not isinstance(c.get("set", {}), dict) or not isinstance(c.get("env", {}), dict):
             raise SuiteError(f"{where}: set and env are tables (set = {{ page = [\"thp\"] }})")
         out.append(Config(c["name"], dict(c.get("set", {})), list(tier),
-                          {k: str(v) for k, v in c.get("env", {}).items()}, str(c.get("before", ""))))
+                          {k: str(v) for k, v in c.get("env", {}).items()}, str(c.get("before", "")),
+                          str(c.get("python", "")), str(c.get("pythonpath", ""))))
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise SuiteError(f"{p}: configuration names must differ: {', '.join(names)}")
@@ -192,7 +202,12 @@ def plan_sides(session: Session, rounds: int, root: str = "/") -> list[Side]:
 # ---- measuring -----------------------------------------------------------------------------
 
 def check_before(config: Config) -> None:
-    """A before-command that fails now would fail every turn: refuse the session."""
+    """A before-command that fails now, or another installation that can't import its
+    cxlbench, would fail every turn: refuse the session."""
+    inst = config.installation()
+    why = inst.check() if inst else None
+    if why:
+        raise SuiteError(f"configuration {config.name!r}: {why}")
     if config.before:
         r = subprocess.run(config.before, shell=True, capture_output=True, text=True)
         if r.returncode != 0:
@@ -237,7 +252,8 @@ def run_session(session: Session, out: str = "results", root: str = "/", label: 
     for s in sides:
         cfg = RunConfig(session.suite, s.config.tier, f"{tag}-{s.config.name}", out, root,
                         command=list(command or []))
-        s.writer = open_writer(cfg, s.env, s.planned, ab={"session": stamp, "config": s.config.name})
+        s.writer = open_writer(cfg, s.env, s.planned, ab={"session": stamp, "config": s.config.name,
+                                                                **_measured_by(s.config)})
     where = Path(out) / safe_name(sides[0].env.machine.hostname) / f"ab-{stamp}-{safe_name(tag)}"
     where.mkdir(parents=True, exist_ok=False)
     record = _record(session, sides, rounds)
@@ -300,11 +316,17 @@ def _extra_rounds(session: Session, sides: list[Side], where: Path, imprecise, o
             given[str(i)] = given.get(str(i), 0) + 1
 
 
+def _measured_by(config: Config) -> dict[str, str]:
+    """Which installation measured a side, for its run.json (only when not this one)."""
+    return {k: v for k, v in (("python", config.python), ("pythonpath", config.pythonpath)) if v}
+
+
 def _record(session: Session, sides: list[Side], rounds: int) -> dict[str, Any]:
     return {"started": now_iso(), "file": session.path, "suite": session.suite, "rounds": rounds,
             "repetitions": session.repetitions, "threshold": session.threshold, "seed": session.seed,
             "configs": [{"name": s.config.name, "set": s.config.set, "tier": s.config.tier,
                          "env": s.config.env, "before": s.config.before,
+                         "python": s.config.python, "pythonpath": s.config.pythonpath,
                          "run": str(s.writer.path.resolve())} for s in sides],
             "pairs": [{"index": i, "benchmark": p.case.benchmark,
                        "cases": [s.planned[i].case.case_id for s in sides]}
@@ -326,7 +348,7 @@ def _turn(side: Side, i: int, r: int, rounds: int, reps: int) -> dict[str, Any]:
         part = CaseResult(p.case, FAILED, f"before-command failed in round {r + 1}")
     else:
         with applied(side.config):
-            part = measure_slice(p, side.env, None, piece, side.turn_s[i])
+            part = measure_slice(p, side.env, None, piece, side.turn_s[i], side.config.installation())
     side.results[i] = processes.merge(prev, part, piece)
     side.writer.add(side.results[i], part)
     return {"round": r, "case": i, "config": side.config.name, "started": started,

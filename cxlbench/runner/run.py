@@ -18,7 +18,7 @@ from cxlbench.results.store import RunWriter
 from cxlbench.runner import ecc, processes
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_max
-from cxlbench.runner.worker import run_case
+from cxlbench.runner.worker import Installation, run_case
 from cxlbench.topology import classify_tiers, initiators, read_machine
 
 
@@ -183,8 +183,9 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter,
 
 
 def measure_slice(p: Planned, env: Env, budget_left: float | None, piece: processes.Slice,
-                  estimate: float) -> CaseResult:
-    """One worker's share of a case (or the case's skip, or the budget's)."""
+                  estimate: float, installation: Installation | None = None) -> CaseResult:
+    """One worker's share of a case (or the case's skip, or the budget's), measured
+    by this installation or another."""
     if p.skip:
         return CaseResult(p.case, SKIPPED, p.skip)
     if budget_left is not None and budget_left < estimate:
@@ -192,7 +193,7 @@ def measure_slice(p: Planned, env: Env, budget_left: float | None, piece: proces
                                            f"~{estimate:.3g} s estimated, {max(budget_left, 0):.3g} s left")
     timeout = max(env.suite.get("case_timeout_s", 600), 10 * estimate)
     result = run_case(replace(p.case, repetitions=piece.count, first_repetition=piece.first),
-                      p.family, replace(env, spec=p.spec), timeout)
+                      p.family, replace(env, spec=p.spec), timeout, installation)
     result.case = p.case
     if result.status == FAILED:
         result.reason = result.reason or "failed without a reason"

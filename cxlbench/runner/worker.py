@@ -1,15 +1,27 @@
 """Measure one case in a child process, so a crash, an OOM kill or a hang costs
 one case and never the run (pyperf's design). The child sends one message back
-over a pipe: the samples, a skip reason, or the error."""
+over a pipe: the samples, a skip reason, or the error.
+
+A case can also be measured by another cxlbench installation (an A/B of two C
+builds, or of two versions): then the child is a plain subprocess of that
+installation's interpreter, `python -m cxlbench.runner.worker JOB OUT`, with its
+source tree first on its path — a spawned multiprocessing child would import the
+runner's own cxlbench, since spawn hands the child the parent's sys.path.
+"""
 from __future__ import annotations
 
 import ctypes
 import multiprocessing as mp
 import os
+import pickle
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cxlbench.benchmarks import family
@@ -57,10 +69,47 @@ def _child(case: Case, ref: str, env: Env, conn) -> None:
         conn.close()
 
 
-def run_case(case: Case, ref: str, env: Env, timeout_s: float) -> CaseResult:
+@dataclass(frozen=True)
+class Installation:
+    """Another cxlbench to measure with: its interpreter, and a source tree (with its
+    C core built in place) put first on that interpreter's path."""
+    python: str = ""
+    pythonpath: str = ""
+
+    def environ(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.pythonpath:
+            mine = os.pathsep.join(os.path.abspath(p) for p in self.pythonpath.split(os.pathsep))
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (mine, env.get("PYTHONPATH"))))
+        return env
+
+    def command(self) -> list[str]:
+        return [self.python or sys.executable, "-m", "cxlbench.runner.worker"]
+
+    def check(self) -> str | None:
+        """Why this installation can't measure (None when it can), in one line."""
+        probe = "import cxlbench, cxlbench._native, cxlbench.runner.worker; print(cxlbench.__file__)"
+        try:
+            r = subprocess.run([self.python or sys.executable, "-c", probe], env=self.environ(),
+                               capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
+        except OSError as e:
+            return f"cannot start {self.python}: {e.strerror}"
+        if r.returncode != 0:
+            lines = r.stderr.strip().splitlines()
+            return f"cannot import its cxlbench ({lines[-1] if lines else f'exit {r.returncode}'})"
+        return None
+
+
+def run_case(case: Case, ref: str, env: Env, timeout_s: float,
+             installation: Installation | None = None) -> CaseResult:
     """Measure a case in a fresh worker, with the family found by `ref` (its registry
-    key or module path); never raises for what the case does."""
+    key or module path) — in another installation's interpreter when given; never
+    raises for what the case does."""
     start = time.monotonic()
+    if installation is not None:
+        outcome = _run_elsewhere(case, ref, env, timeout_s, installation)
+        return CaseResult(case, outcome.status, outcome.reason, outcome.samples,
+                          time.monotonic() - start, outcome.info)
     recv, send = _CTX.Pipe(duplex=False)
     proc = _CTX.Process(target=_child, args=(case, ref, env, send), daemon=True)
     proc.start()
@@ -88,9 +137,65 @@ def _wait(proc, recv, timeout_s: float) -> Outcome:
     return Outcome(FAILED, reason=f"timed out after {timeout_s:.0f} s")
 
 
+class _FileConn:
+    """The child's end when it is a plain subprocess: one pickled message to a file."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def send(self, outcome: Outcome) -> None:
+        Path(self.path).write_bytes(pickle.dumps(outcome))
+
+    def close(self) -> None:
+        pass
+
+
+def _run_elsewhere(case: Case, ref: str, env: Env, timeout_s: float, inst: Installation) -> Outcome:
+    with tempfile.TemporaryDirectory(prefix="cxlbench-job-") as d:
+        job, out = Path(d, "job.pickle"), Path(d, "outcome.pickle")
+        job.write_bytes(pickle.dumps((case, ref, env)))
+        # run from the job's folder: python puts its working directory first on the
+        # path, and the runner's may hold the runner's own cxlbench
+        proc = subprocess.Popen(inst.command() + [str(job), str(out)], env=inst.environ(), cwd=d,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return Outcome(FAILED, reason=f"timed out after {timeout_s:.0f} s")
+        if not out.exists():
+            last = err.decode(errors="replace").strip().splitlines()
+            return Outcome(FAILED, reason=_death(proc.returncode) + (f": {last[-1]}" if last else ""))
+        try:
+            return pickle.loads(out.read_bytes())
+        except Exception as e:                      # another version's records
+            return Outcome(FAILED, reason=f"the other installation's result is unreadable here ({e})")
+
+
+def main(argv: list[str]) -> int:
+    """`python -m cxlbench.runner.worker JOB OUT`: measure the pickled (case, ref, env)
+    in JOB and pickle the Outcome to OUT (the child of another installation)."""
+    job, out = argv
+    conn = _FileConn(out)
+    try:
+        case, ref, env = pickle.loads(Path(job).read_bytes())
+    except Exception as e:
+        conn.send(Outcome(FAILED, reason=f"this installation cannot read the case ({type(e).__name__}: {e})"))
+        return 0
+    _child(case, ref, env, conn)
+    return 0
+
+
 def _death(code: int | None) -> str:
     if code is not None and code < 0:
         name = signal.Signals(-code).name
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
         return f"worker killed by {name}{hint}"
     return f"worker exited with code {code} without a result"
+
+
+if __name__ == "__main__":
+    # the module again by its name, so what it pickles reads as cxlbench.runner.worker's
+    from cxlbench.runner.worker import main as _main
+    sys.exit(_main(sys.argv[1:]))
