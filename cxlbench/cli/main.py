@@ -51,6 +51,11 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--tier", action="append", default=[], metavar="KIND=SPEC",
                         help="declare a tier: cxl=node:1, ddr=node:0, nvme=/mnt/scratch (repeatable)")
 
+    def normalize(sp):
+        sp.add_argument("--normalize", choices=["sentinel"],
+                        help="judge each case relative to its drift sentinel at its time "
+                             "(docs/gating.md: where that is quieter than the raw value)")
+
     t = sub.add_parser("topology", help="what memory tiers this machine has")
     t.add_argument("--json", action="store_true", help="the full machine record as JSON")
     tiers(t)
@@ -87,7 +92,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--out", help="also write the comparison as HTML")
     c.add_argument("--threshold", help="smallest change that matters, e.g. 5%% (default: 5%%)")
     c.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
-    c.set_defaults(func=lambda a: commands.compare(a.runs, a.out, a.threshold, a.thresholds))
+    normalize(c)
+    c.set_defaults(func=lambda a: commands.compare(a.runs, a.out, a.threshold, a.thresholds, a.normalize))
 
     ab = sub.add_parser("ab", help="configurations measured interleaved in one session, judged round by round")
     ab.add_argument("file", nargs="?", help="the A/B file: suite, rounds, [[config]] tables")
@@ -109,9 +115,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--markdown", help="write a markdown summary here (for a CI job page)")
     g.add_argument("--json", help="write the machine-readable verdict here")
     g.add_argument("--junit", help="write JUnit XML here")
+    normalize(g)
     g.set_defaults(func=lambda a: commands.gate(
         a.baseline, a.current, a.threshold, a.thresholds, a.allow_missing, a.confirm,
-        a.ignore_identity, a.markdown, a.json, a.junit, a.root))
+        a.ignore_identity, a.markdown, a.json, a.junit, a.root, a.normalize))
 
     cal = sub.add_parser("calibrate", help="an A/A pair of runs: noise floor per case, gate false-positive rate")
     cal.add_argument("run_a")
