@@ -202,3 +202,12 @@ def test_the_report_draws_the_drift_trace_and_prints_the_drift_line(tmp_path):
     assert "<h2>Drift sentinels</h2>" in section and "<svg" in section
     assert "time since the run started (s)" in section and "DRAM chase +0.0…+20.0%" in section
     assert "Each probe over the run, relative to its median" in section
+
+
+def test_normalising_by_named_probes_leaves_the_other_cases_raw(tmp_path):
+    a = synthetic_run(tmp_path, "a", lambda t: 1.0, 0.01, 0.01, seed=1)
+    b = synthetic_run(tmp_path, "b", lambda t: 1.3, 0.01, 0.01, seed=2)
+    assert set(compare([a, b], threshold="5%", normalize="triad").rows.verdict) == {"slower"}
+    assert set(compare([a, b], threshold="5%", normalize="dram_chase").rows.verdict) == {"same"}
+    with pytest.raises(ResultsError, match="probes by name"):
+        compare([a, b], normalize="l3_chase")

@@ -254,7 +254,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
     threshold: the "same" band (default 5%); thresholds_file: a TOML file with
     per-benchmark thresholds (see analysis.thresholds); normalize: "sentinel" judges
     each case relative to its drift sentinel at its time (analysis.drift; every run
-    needs sentinels). The sentinels' own rows are never compared as cases. Raises
+    needs sentinels), "dram_chase,triad" only the cases those probes stand for. The sentinels' own rows are never compared as cases. Raises
     ResultsError for a run that cannot be read or normalised.
     """
     loaded = [as_run(r) for r in runs]
@@ -271,8 +271,10 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
         else:
             seen[info.name] = 1
 
-    if normalize not in (None, "sentinel"):
-        raise ResultsError(f"normalize {normalize!r}: the only normalisation is 'sentinel'")
+    try:
+        probes = drift.probes_asked(normalize) if normalize else None
+    except ValueError as e:
+        raise ResultsError(str(e)) from None
     all_pts, values, held, refs, used = [], {}, {}, None, 0
     for i, run in enumerate(loaded):
         samples = drift.cases_only(run.samples, run.meta)
@@ -281,7 +283,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
                 raise ResultsError(f"{infos[i].name} has no drift sentinels to normalise by "
                                    f"(made before them, or with sentinels = false)")
             refs = refs or drift.references(run.samples, run.meta)     # the baseline's medians
-            samples = drift.normalize(run.samples, run.meta, refs)
+            samples = drift.normalize(run.samples, run.meta, refs, probes)
             used = max(used, int(samples["sentinel"].notna().sum()))
             samples = samples.drop(columns="sentinel")
         reps = repetitions(samples)
@@ -352,8 +354,9 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
     not_measured = pd.DataFrame(nm, columns=["run", "case_id", "benchmark", "target", "status", "reason"])
     moved = {i: drift.between(loaded[0].samples, loaded[0].meta, r.samples, r.meta)
              for i, r in enumerate(loaded) if i}
-    how = (f"relative to the drift sentinels: each value x the baseline's sentinel median / the "
-           f"sentinel at its time ({used} samples of the largest run)") if normalize else ""
+    how = (f"relative to the drift sentinels ({'every probe' if probes is None else ', '.join(sorted(probes))}): "
+           f"each value x the baseline's sentinel median / the sentinel at its time "
+           f"({used} samples of the largest run)") if normalize else ""
     return Comparison(infos, machine_mod.differences([x.profile for x in infos]), frame, um, pts,
                       not_measured, th, confidence, labels, how, {i: m for i, m in moved.items() if m})
 

@@ -165,11 +165,23 @@ def references(samples: pd.DataFrame, meta: dict[str, Any]) -> dict[str, float]:
     return {d.probe: d.median for d in drift(samples, meta)}
 
 
+def probes_asked(normalize: str) -> set[str] | None:
+    """`--normalize`: "sentinel" (every probe: None) or probes by name, "dram_chase,triad"."""
+    if normalize == "sentinel":
+        return None
+    asked = {p.strip() for p in normalize.split(",") if p.strip()}
+    if not asked or asked - set(LABELS):
+        raise ValueError(f"normalize {normalize!r}: 'sentinel' (every probe) or probes by name, "
+                         f"from {', '.join(LABELS)}")
+    return asked
+
+
 def normalize(samples: pd.DataFrame, meta: dict[str, Any],
-              reference: dict[str, float] | None = None) -> pd.DataFrame:
+              reference: dict[str, float] | None = None, probes: set[str] | None = None) -> pd.DataFrame:
     """The run's case rows, each value × S_ref / S(t_s) for the sentinel its family
-    declares (see the module's docstring); rows without one (no declaration, no t_s,
-    no such probe in the run) unchanged. A `sentinel` column names the probe used."""
+    declares (see the module's docstring), when that probe is among `probes` (None:
+    any); other rows (no declaration, no t_s, no such probe) unchanged. A
+    `sentinel` column names the probe each row was divided by."""
     cases = cases_only(samples, meta).copy()
     cases["sentinel"] = None
     t = trace(samples, meta)
@@ -180,12 +192,12 @@ def normalize(samples: pd.DataFrame, meta: dict[str, Any],
     declared = {name: f.get("drift") or {} for name, f in (meta.get("families") or {}).items()}
     kinds = [declared.get(b, {}).get(m) for b, m in zip(cases["benchmark"], cases["metric"])]
     ws = cases["working_set_bytes"] if "working_set_bytes" in cases.columns else pd.Series(math.nan, cases.index)
-    probes = [probe_for(k, {"working_set_bytes": w}, sizes) if k else None for k, w in zip(kinds, ws)]
+    chosen = [probe_for(k, {"working_set_bytes": w}, sizes) if k else None for k, w in zip(kinds, ws)]
     values = cases["value"].to_numpy(float).copy()
     times = cases["t_s"].to_numpy(float)
     used: list[str | None] = [None] * len(cases)
-    for probe in {p for p in probes if p and p in ref}:
-        rows = np.array([i for i, p in enumerate(probes) if p == probe and np.isfinite(times[i])], int)
+    for probe in {p for p in chosen if p and p in ref and (probes is None or p in probes)}:
+        rows = np.array([i for i, p in enumerate(chosen) if p == probe and np.isfinite(times[i])], int)
         if rows.size:
             values[rows] = values[rows] * ref[probe] / at(t, probe, times[rows])
             for i in rows:

@@ -52,9 +52,10 @@ def parser() -> argparse.ArgumentParser:
                         help="declare a tier: cxl=node:1, ddr=node:0, nvme=/mnt/scratch (repeatable)")
 
     def normalize(sp):
-        sp.add_argument("--normalize", choices=["sentinel"],
-                        help="judge each case relative to its drift sentinel at its time "
-                             "(docs/gating.md: where that is quieter than the raw value)")
+        sp.add_argument("--normalize", metavar="sentinel|PROBES",
+                        help="judge cases relative to their drift sentinel at their time: 'sentinel' "
+                             "(every probe) or probes by name, e.g. dram_chase,triad (docs/gating.md "
+                             "says where that is quieter than the raw value)")
 
     t = sub.add_parser("topology", help="what memory tiers this machine has")
     t.add_argument("--json", action="store_true", help="the full machine record as JSON")
