@@ -125,7 +125,8 @@ def drift_line(samples: pd.DataFrame, meta: dict[str, Any]) -> str:
     t = trace(samples, meta)
     span = float(t["t_s"].max() - t["t_s"].min()) if t["t_s"].notna().any() else math.nan
     visits = max(d.visits for d in found)
-    over = f"{visits} visits over {span / 60:.1f} min" if math.isfinite(span) else f"{visits} visits"
+    noun = "visit" if visits == 1 else "visits"
+    over = f"{visits} {noun} over {span / 60:.1f} min" if math.isfinite(span) else f"{visits} {noun}"
     return f"drift ({over}, each ÷ its run median): " + ", ".join(d.text() for d in found)
 
 
