@@ -275,7 +275,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
         probes = drift.probes_asked(normalize) if normalize else None
     except ValueError as e:
         raise ResultsError(str(e)) from None
-    all_pts, values, held, refs, used = [], {}, {}, None, 0
+    all_pts, values, held, refs, used = [], {}, {}, None, (0, 0)
     for i, run in enumerate(loaded):
         samples = drift.cases_only(run.samples, run.meta)
         if normalize:
@@ -284,7 +284,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
                                    f"(made before them, or with sentinels = false)")
             refs = refs or drift.references(run.samples, run.meta)     # the baseline's medians
             samples = drift.normalize(run.samples, run.meta, refs, probes)
-            used = max(used, int(samples["sentinel"].notna().sum()))
+            used = max(used, (int(samples["sentinel"].notna().sum()), len(samples)))
             samples = samples.drop(columns="sentinel")
         reps = repetitions(samples)
         pts = annotate_points(run, points(reps), i)
@@ -356,7 +356,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
              for i, r in enumerate(loaded) if i}
     how = (f"relative to the drift sentinels ({'every probe' if probes is None else ', '.join(sorted(probes))}): "
            f"each value x the baseline's sentinel median / the sentinel at its time "
-           f"({used} samples of the largest run)") if normalize else ""
+           f"({used[0]} of {used[1]} samples)") if normalize else ""
     return Comparison(infos, machine_mod.differences([x.profile for x in infos]), frame, um, pts,
                       not_measured, th, confidence, labels, how, {i: m for i, m in moved.items() if m})
 
