@@ -45,8 +45,9 @@ METRICS = metrics(Metric("latency_ns", "ns", "lower"), Metric("bandwidth_GBps", 
 SHOW = Show(
     "Drift sentinels", "Three reference probes measured at the start of the run, between cases every "
     "interval and at the end, on one buffer each: every visit's value relative to the probe's median "
-    "over the run, against the time since the run started. A flat line: the machine held still; a step "
-    "or a slope: every case measured then moved with it.",
+    "over the run, against the time since the run started (above zero: a chase slower, triad faster than "
+    "its median). A flat line: the machine held still; a step or a slope: every case measured then moved "
+    "with it.",
     x="t_s", facets=("probe",))
 
 Probe = Literal["l1_chase", "dram_chase", "triad"]
