@@ -45,7 +45,8 @@ def test_plan_on_the_fixture_lists_hugetlb_skips_with_reasons(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "--root", str(FIXTURES / "two_socket_cxl"), "run", "--suite",
                            str(suite), "--list")
     assert code == 0
-    lines = [line for line in out.strip().splitlines() if not line.startswith("# ")]   # not the settings
+    lines = [line for line in out.strip().splitlines()               # not the settings, not the sentinels
+             if not line.startswith(("# ", "sentinels:"))]
     assert len(lines) == 6                    # 2 CPU nodes × 3 memory tiers
     assert all(line.startswith("skip") and "hugetlb-1g" in line for line in lines)
 

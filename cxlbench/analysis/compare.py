@@ -17,13 +17,13 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from cxlbench.analysis import machine as machine_mod
+from cxlbench.analysis import drift, machine as machine_mod
 from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discount_instability,
                                      discount_interference, judge, ratio_ci,
                                      repetitions_needed)
 from cxlbench.analysis.reduction import axis_columns, point_id, points, repetitions
 from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, load_thresholds
-from cxlbench.results.store import Run, load_run
+from cxlbench.results.store import ResultsError, Run, load_run
 from cxlbench.units import format_number, format_size, natural_key
 
 #: Parameters left out of matching: places on one machine (a scratch directory) and
@@ -196,6 +196,8 @@ class Comparison:
     thresholds: Thresholds
     confidence: float
     labels: dict[str, str] = field(default_factory=dict)   # key → readable label
+    normalized: str = ""           # what was judged relative to the drift sentinels, if anything
+    sentinels: dict[int, list[tuple[str, float]]] = field(default_factory=dict)  # run → (probe, ÷ baseline)
 
     def counts(self, run: int | None = None) -> dict[str, int]:
         rows = self.rows if run is None else self.rows[self.rows["run"] == run]
@@ -246,12 +248,14 @@ def _node_of(target: str) -> str:
 
 def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
             thresholds_file: str | Path | None = None, thresholds: Thresholds | None = None,
-            confidence: float = CONFIDENCE) -> Comparison:
+            confidence: float = CONFIDENCE, normalize: str | None = None) -> Comparison:
     """Compare runs: the first is the baseline of every ratio.
 
     threshold: the "same" band (default 5%); thresholds_file: a TOML file with
-    per-benchmark thresholds (see analysis.thresholds). Raises ResultsError for a
-    run that cannot be read.
+    per-benchmark thresholds (see analysis.thresholds); normalize: "sentinel" judges
+    each case relative to its drift sentinel at its time (analysis.drift; every run
+    needs sentinels), "dram_chase,triad" only the cases those probes stand for. The sentinels' own rows are never compared as cases. Raises
+    ResultsError for a run that cannot be read or normalised.
     """
     loaded = [as_run(r) for r in runs]
     if not loaded:
@@ -267,9 +271,22 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
         else:
             seen[info.name] = 1
 
-    all_pts, values, held = [], {}, {}
+    try:
+        probes = drift.probes_asked(normalize) if normalize else None
+    except ValueError as e:
+        raise ResultsError(str(e)) from None
+    all_pts, values, held, refs, used = [], {}, {}, None, (0, 0)
     for i, run in enumerate(loaded):
-        reps = repetitions(run.samples)
+        samples = drift.cases_only(run.samples, run.meta)
+        if normalize:
+            if drift.trace(run.samples, run.meta).empty:
+                raise ResultsError(f"{infos[i].name} has no drift sentinels to normalise by "
+                                   f"(made before them, or with sentinels = false)")
+            refs = refs or drift.references(run.samples, run.meta)     # the baseline's medians
+            samples = drift.normalize(run.samples, run.meta, refs, probes)
+            used = max(used, (int(samples["sentinel"].notna().sum()), len(samples)))
+            samples = samples.drop(columns="sentinel")
+        reps = repetitions(samples)
         pts = annotate_points(run, points(reps), i)
         all_pts.append(pts)
         axes = axis_columns(reps)
@@ -335,8 +352,13 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
                            "target": c.get("target"), "status": c.get("status"),
                            "reason": c.get("reason") or ""})
     not_measured = pd.DataFrame(nm, columns=["run", "case_id", "benchmark", "target", "status", "reason"])
+    moved = {i: drift.between(loaded[0].samples, loaded[0].meta, r.samples, r.meta)
+             for i, r in enumerate(loaded) if i}
+    how = (f"relative to the drift sentinels ({'every probe' if probes is None else ', '.join(sorted(probes))}): "
+           f"each value x the baseline's sentinel median / the sentinel at its time "
+           f"({used[0]} of {used[1]} samples)") if normalize else ""
     return Comparison(infos, machine_mod.differences([x.profile for x in infos]), frame, um, pts,
-                      not_measured, th, confidence, labels)
+                      not_measured, th, confidence, labels, how, {i: m for i, m in moved.items() if m})
 
 
 # ------------------------------------------------------------------ terminal text
@@ -380,6 +402,18 @@ def text_table(headers: list[str], rows: list[list[str]], right: set[int]) -> li
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
+def sentinel_lines(cmp: Comparison) -> list[str]:
+    """How the machine itself moved between the runs (their sentinels' medians), and
+    whether the cases were judged relative to them."""
+    out = []
+    for i, moved in cmp.sentinels.items():
+        out.append(f"Drift sentinels, {cmp.runs[i].name} / {cmp.runs[0].name}: "
+                   + ", ".join(f"{label} {fmt_change(r)}" for label, r in moved))
+    if cmp.normalized:
+        out.append(f"Judged {cmp.normalized}.")
+    return out
+
+
 def format_comparison(cmp: Comparison, *, verdicts: Iterable[str] | None = None,
                       limit: int | None = None) -> str:
     """A terminal report: runs, machine differences, a table per benchmark and
@@ -400,6 +434,7 @@ def format_comparison(cmp: Comparison, *, verdicts: Iterable[str] | None = None,
     out.append("")
     out.append(f"Threshold: {cmp.thresholds.describe()}; intervals at {cmp.confidence:.0%} confidence, "
                f"per process repetition.")
+    out += sentinel_lines(cmp)
     rows = cmp.rows
     for (bench, metric), grp in rows.groupby(["benchmark", "metric"], sort=False):
         if show is not None:

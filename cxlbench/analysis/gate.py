@@ -101,7 +101,7 @@ class GateResult:
         return {
             "tool": "cxlbench gate", "status": self.status, "exit_code": self.exit_code,
             "summary": self.summary(), "errors": self.errors, "warnings": self.warnings,
-            "confidence": self.confidence,
+            "confidence": self.confidence, "normalized": cmp.normalized if cmp else "",
             "thresholds": None if self.thresholds is None else {
                 "default": self.thresholds.default, "benchmarks": self.thresholds.benchmarks,
                 "metrics": {f"{b}.{m}": v for (b, m), v in self.thresholds.metrics.items()},
@@ -135,6 +135,8 @@ class GateResult:
         if self.thresholds is not None:
             out.append(f"- **Thresholds**: {_md(self.thresholds.describe())}; intervals at "
                        f"{self.confidence:.0%} confidence over process repetitions")
+        if cmp is not None and cmp.normalized:
+            out.append(f"- **Judged** {_md(cmp.normalized)}")
         out.append(f"- **Result**: {_md(self.summary())}")
         out.append("")
         if self.errors:
@@ -252,7 +254,7 @@ def _md_code(text: Any) -> str:
 def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = None,
          thresholds_file: str | Path | None = None, allow_missing: bool = False,
          confirm: Rerun | None = None, ignore_identity: Sequence[str] = (),
-         confidence: float = CONFIDENCE) -> GateResult:
+         confidence: float = CONFIDENCE, normalize: str | None = None) -> GateResult:
     """Judge `current` against `baseline` (run directories or loaded Runs).
 
     threshold: the default band, 0.05 or "5%" (None: the thresholds file's
@@ -261,7 +263,9 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     gate on the cases both runs have instead of refusing; confirm: `rerun(case_ids)
     -> Run` that re-measures the flagged cases — the gate fails only on those that
     are slower again; ignore_identity: identity fields allowed to differ (e.g.
-    "kernel" when a kernel upgrade is the change under test).
+    "kernel" when a kernel upgrade is the change under test); normalize: "sentinel"
+    judges each case relative to its drift sentinel (see compare; docs/gating.md
+    says where that is quieter than the raw value).
     """
     result = GateResult(ERROR, confidence=confidence)
     try:
@@ -279,7 +283,11 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     if result.errors:
         return result
     base, cur = runs
-    cmp = compare([base, cur], thresholds=th, confidence=confidence)
+    try:
+        cmp = compare([base, cur], thresholds=th, confidence=confidence, normalize=normalize)
+    except ResultsError as e:
+        result.errors.append(str(e))
+        return result
     result.comparison = cmp
     th = result.thresholds = cmp.thresholds          # with a VM's assumed noise, if any
     for info in cmp.runs:
@@ -315,7 +323,7 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
         return result
     flagged = cmp.rows[cmp.rows["verdict"] == SLOWER]
     if not flagged.empty and confirm is not None:
-        result.confirm = _confirm(base, flagged, confirm, th, confidence)
+        result.confirm = _confirm(base, flagged, confirm, th, confidence, normalize)
         if result.confirm.get("error"):
             result.warnings.append(f"re-running the flagged cases failed ({result.confirm['error']}); "
                                    f"the first verdicts stand")
@@ -329,7 +337,7 @@ def _missing_reason(point: str, reasons: dict[str, str]) -> str:
 
 
 def _confirm(base: Run, flagged: pd.DataFrame, rerun: Rerun, th: Thresholds,
-             confidence: float) -> dict[str, Any]:
+             confidence: float, normalize: str | None = None) -> dict[str, Any]:
     case_ids = sorted(set(flagged["case_id"]))
     info: dict[str, Any] = {"ran": False, "case_ids": case_ids, "confirmed": list(flagged["key"]),
                             "cleared": [], "error": None}
@@ -338,7 +346,7 @@ def _confirm(base: Run, flagged: pd.DataFrame, rerun: Rerun, th: Thresholds,
     except Exception as e:        # the runner's failure must not hide the first verdict
         info["error"] = f"{type(e).__name__}: {e}"
         return info
-    second = compare([base, again], thresholds=th, confidence=confidence).rows
+    second = compare([base, again], thresholds=th, confidence=confidence, normalize=normalize).rows
     slower_again = set(second.loc[second["verdict"] == SLOWER, "key"])
     info.update(ran=True, rerun_path=str(again.path),
                 confirmed=[k for k in flagged["key"] if k in slower_again],

@@ -21,8 +21,9 @@ BASE_KEY = ["run_id", "case_id", "metric"]
 DESCRIPTIVE = ["benchmark", "initiator", "target", "tier_kind", "unit", "better"]
 #: Sample parameters that number inner iterations of one process: never an axis.
 INNER_INDEX = frozenset({"iteration", "iter", "inner", "sample_index", "step_index"})
-#: What a benchmark found while measuring (page size obtained, steps timed): never an axis.
-FOUND = frozenset({"page_bytes", "huge_coverage", "steps", "elapsed_ns", "clock_mhz", "cpu_held"})
+#: What a benchmark found while measuring (page size obtained, steps timed) and when
+#: (t_s, seconds since the run started): never an axis.
+FOUND = frozenset({"page_bytes", "huge_coverage", "steps", "elapsed_ns", "clock_mhz", "cpu_held", "t_s"})
 
 
 def param_columns(frame: pd.DataFrame) -> list[str]:

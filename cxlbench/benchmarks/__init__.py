@@ -17,6 +17,7 @@ FAMILIES = {
     "zerocopy": "cxlbench.benchmarks.zerocopy",
     "interleave": "cxlbench.benchmarks.interleave",
     "stride": "cxlbench.benchmarks.stride",
+    "sentinel": "cxlbench.benchmarks.sentinel",      # the run's drift reference (runner.sentinels)
     # GPU suites
     "gpu_latency": "cxlbench.benchmarks.gpu_latency",
     "gpu_bandwidth": "cxlbench.benchmarks.gpu_bandwidth",

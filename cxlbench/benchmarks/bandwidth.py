@@ -33,6 +33,8 @@ ROLES = {"read": "a", "write": "a", "copy": "ac", "scale": "bc", "add": "abc", "
 KERNELS = {k: (len(r), len(r)) for k, r in ROLES.items()}
 Kernel = Literal["read", "write", "copy", "scale", "add", "triad"]
 
+#: The drift sentinel that moves with each metric (benchmarks.sentinel).
+DRIFT = {"bandwidth_GBps": "triad"}
 METRICS = metrics(Metric("bandwidth_GBps", "GB/s", "higher"))      # 10^9 bytes per second
 SHOW = Show(
     "Bandwidth", "Streaming kernels over threads, one chart per kernel. GB/s = 10⁹ bytes per second, "

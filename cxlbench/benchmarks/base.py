@@ -10,6 +10,12 @@ A family module has:
     SHOW         how it is shown: title, one-line description, x axis, facets,
                  and the headline figures of the terminal summary and the report
     ONE_PROCESS  optional, True when its repetitions must share one process
+    DRIFT        optional, {metric: sentinel probe kind} ("chase", "triad"): which of
+                 the run's drift sentinels moves with that metric (benchmarks.sentinel);
+                 a suite with such a family gets sentinels unless it says otherwise
+    SENTINEL     optional, True for the sentinel family itself: its rows describe the
+                 machine's drift during the run, not a result, so headlines, compare
+                 and the gate leave them out unless asked
     plan(spec, env) -> list[Planned]        in the runner process
     measure(case, env, info) -> list[Sample]  in a worker process, so a crash
                                             costs one case; `info` takes what it
@@ -88,7 +94,8 @@ def describe(module: ModuleType) -> dict[str, Any]:
             "x": show.x, "facets": list(show.facets), "pair": list(show.pair) if show.pair else None,
             "headlines": [asdict(h) for h in show.headlines],
             "metrics": {m.name: {"unit": m.unit, "better": m.better} for m in module.METRICS.values()},
-            "one_process": bool(getattr(module, "ONE_PROCESS", False))}
+            "one_process": bool(getattr(module, "ONE_PROCESS", False)),
+            "drift": dict(getattr(module, "DRIFT", {})), "sentinel": bool(getattr(module, "SENTINEL", False))}
 
 
 class UndeclaredMetric(Exception):

@@ -20,6 +20,8 @@ NAME = "latency"
 LINE = 64
 WINDOW_PAGES = 64          # multichase's window: TLB reach stays small, caches still miss
 
+#: The drift sentinel that moves with each metric (benchmarks.sentinel).
+DRIFT = {"latency_ns": "chase", "ns_per_load": "chase"}
 METRICS = metrics(
     Metric("latency_ns", "ns", "lower"),
     Metric("ns_per_load", "ns", "lower"),      # with N chains: elapsed / (steps x chains)

@@ -60,7 +60,7 @@ class Spec:
 
 
 #: Suite-level keys that are not a table's settings.
-SUITE_ONLY = ("name", "description", "benchmark", "path")
+SUITE_ONLY = ("name", "description", "benchmark", "path", "sentinels")
 
 
 def _keys(spec_type: type[Spec]) -> dict[str, str]:

@@ -23,6 +23,8 @@ from cxlbench.benchmarks.spec import Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "stride"
+#: The drift sentinel that moves with each metric (benchmarks.sentinel).
+DRIFT = {"latency_ns": "chase"}
 METRICS = metrics(Metric("latency_ns", "ns", "lower"))
 SHOW = Show(
     "Stride", "Dependent loads in random order to lines a stride apart over a fixed working set: "

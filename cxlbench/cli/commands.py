@@ -70,6 +70,7 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
                     print(f"# {p.family}: {p.spec.text()}")
                 print(f"{'skip' if p.skip else 'run ':4}  ~{p.estimate_s:5.1f}s  {p.case.case_id}"
                       + (f"  ({p.skip})" if p.skip else ""))
+            print(sentinel_plan(config))
             return 0
         outcome = run_suite(config)
     except ValueError as e:           # a tier declaration the machine cannot honour
@@ -86,6 +87,23 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         from cxlbench.report import render
         print(f"report: {render([outcome.path])}")
     return 0 if outcome.status == "complete" else 130
+
+
+def sentinel_plan(config) -> str:
+    """run --list's last line: the drift sentinels the run would visit, or why none."""
+    from cxlbench.runner import sentinels
+    from cxlbench.runner.run import prepare
+    from cxlbench.units import format_size
+    env, planned = prepare(config)
+    plan = sentinels.plan(env.suite, env, planned)
+    if not plan.planned:
+        return f"sentinels: none ({plan.off})"
+    probes = ", ".join(f"{p.case.params['probe']} " + (
+        f"3 x {format_size(p.case.params['array_bytes'])}" if "array_bytes" in p.case.params
+        else format_size(p.case.params["working_set_bytes"])) for p in plan.planned)
+    skip = next((p.skip for p in plan.planned if p.skip), None)
+    return (f"sentinels: {'skip' if skip else 'run'} at the start, every {plan.interval_s:g} s between "
+            f"cases and at the end on {plan.planned[0].case.target}: {probes}" + (f" ({skip})" if skip else ""))
 
 
 def _newest_run(results: str = "results") -> str:
@@ -106,12 +124,13 @@ def report(runs: list[str], out: str | None = None, thresholds_file: str | None 
 
 
 def compare(runs: list[str], out: str | None = None, threshold: str | None = None,
-            thresholds_file: str | None = None) -> int:
+            thresholds_file: str | None = None, normalize: str | None = None) -> int:
     from cxlbench.analysis import ThresholdError, compare as compare_runs, format_comparison
     if len(runs) < 2:
         raise UserError("compare needs at least two runs (the first is the baseline)")
     try:
-        comparison = compare_runs(runs, threshold=threshold, thresholds_file=thresholds_file)
+        comparison = compare_runs(runs, threshold=threshold, thresholds_file=thresholds_file,
+                                  normalize=normalize)
         print(format_comparison(comparison))
         if out:
             from cxlbench.report import render
@@ -153,11 +172,12 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
 def gate(baseline: str, current: str, threshold: str | None = None, thresholds_file: str | None = None,
          allow_missing: bool = False, confirm: bool = False, ignore_identity: list[str] = (),
          markdown: str | None = None, json_out: str | None = None, junit: str | None = None,
-         root: str = "/") -> int:
+         root: str = "/", normalize: str | None = None) -> int:
     from cxlbench.analysis import gate as run_gate
     rerun = _rerunner(current, root) if confirm else None
     result = run_gate(baseline, current, threshold=threshold, thresholds_file=thresholds_file,
-                      allow_missing=allow_missing, confirm=rerun, ignore_identity=tuple(ignore_identity))
+                      allow_missing=allow_missing, confirm=rerun, ignore_identity=tuple(ignore_identity),
+                      normalize=normalize)
     print(result.summary())
     for path, text in ((markdown, result.markdown), (json_out, result.to_json),
                        (junit, result.junit_xml)):

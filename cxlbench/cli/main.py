@@ -51,6 +51,12 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--tier", action="append", default=[], metavar="KIND=SPEC",
                         help="declare a tier: cxl=node:1, ddr=node:0, nvme=/mnt/scratch (repeatable)")
 
+    def normalize(sp):
+        sp.add_argument("--normalize", metavar="sentinel|PROBES",
+                        help="judge cases relative to their drift sentinel at their time: 'sentinel' "
+                             "(every probe) or probes by name, e.g. dram_chase,triad (docs/gating.md "
+                             "says where that is quieter than the raw value)")
+
     t = sub.add_parser("topology", help="what memory tiers this machine has")
     t.add_argument("--json", action="store_true", help="the full machine record as JSON")
     tiers(t)
@@ -87,7 +93,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--out", help="also write the comparison as HTML")
     c.add_argument("--threshold", help="smallest change that matters, e.g. 5%% (default: 5%%)")
     c.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
-    c.set_defaults(func=lambda a: commands.compare(a.runs, a.out, a.threshold, a.thresholds))
+    normalize(c)
+    c.set_defaults(func=lambda a: commands.compare(a.runs, a.out, a.threshold, a.thresholds, a.normalize))
 
     ab = sub.add_parser("ab", help="configurations measured interleaved in one session, judged round by round")
     ab.add_argument("file", nargs="?", help="the A/B file: suite, rounds, [[config]] tables")
@@ -117,6 +124,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--markdown", help="write a markdown summary here (for a CI job page)")
     g.add_argument("--json", help="write the machine-readable verdict here")
     g.add_argument("--junit", help="write JUnit XML here")
+    normalize(g)
     g.set_defaults(func=_gate)
 
     h = sub.add_parser("history", help="a machine's runs over time: trends, change points, environment changes")
@@ -152,7 +160,7 @@ def _gate(a: argparse.Namespace) -> int:
     if a.confirm:
         raise commands.UserError("gate --baseline: --confirm takes no runs (it re-measures the flagged cases)")
     return commands.gate(a.baseline, a.current, a.threshold, a.thresholds, a.allow_missing, a.confirm is not None,
-                         a.ignore_identity, a.markdown, a.json, a.junit, a.root)
+                         a.ignore_identity, a.markdown, a.json, a.junit, a.root, a.normalize)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from cxlbench.analysis.drift import drift_line
 from cxlbench.analysis.headlines import figures
 from cxlbench.units import tier_order
 
@@ -31,6 +32,7 @@ def tier_summary(samples: pd.DataFrame, meta: dict[str, Any]) -> str:
     over = "repetitions (training: steady steps)" if steps else "repetitions"
     lines.append(f"median [min-max] over {over}; GB/s = 10^9 bytes/s")
     lines.extend(precision_lines(meta))
+    lines.extend([d] if (d := drift_line(samples, meta)) else [])
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt
 from cxlbench import units
 from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.reduction import points, repetitions
-from cxlbench.report import build
+from cxlbench.report import build, drift as drift_section
 from cxlbench.results.store import Run, atomic_write, safe_name
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -60,6 +60,11 @@ def run_context(run: Run) -> dict[str, Any]:
         for bench in build.family_order(pts["benchmark"], [meta]):
             fam = pts[pts["benchmark"] == bench]
             show = build.look([meta], bench)
+            if show.get("sentinel"):                  # the drift trace, not a sweep
+                families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,
+                                 "description": show["description"],
+                                 **drift_section.section(run.samples, meta, maker)})
+                continue
             allowed = build.requested_params([meta], bench, pts.attrs.get("axes", []))
             families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,
                              "description": show["description"],

@@ -15,7 +15,7 @@ from cxlbench.benchmarks import family
 from cxlbench.benchmarks.base import Env, Planned, describe
 from cxlbench.results.schema import COMPLETE, CORE_COLUMNS, FAILED, PARTIAL, SKIPPED, CaseResult
 from cxlbench.results.store import RunWriter
-from cxlbench.runner import ecc, processes
+from cxlbench.runner import ecc, processes, sentinels
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_max
 from cxlbench.runner.worker import Installation, run_case
@@ -46,6 +46,7 @@ class RunOutcome:
     path: Path
     status: str
     results: list[CaseResult]
+    sentinels: list[CaseResult] = field(default_factory=list)   # the drift sentinels' cases
 
 
 def build_env(root: str, declarations: list[str], suite: dict | None = None) -> Env:
@@ -134,40 +135,54 @@ def run(config: RunConfig) -> RunOutcome:
     if config.precision_of is None and any(p.spec.precision for p in planned):
         raise SuiteError("adaptive repetitions (precision) need a precision_of function "
                          "(cxlbench run passes analysis.reduction.case_precision)")
-    writer = open_writer(config, env, planned)
+    watching = sentinels.plan(env.suite, env, planned)
+    writer = open_writer(config, env, planned + watching.planned)
+    if watching.off:
+        writer.note(sentinels.KEY, {"off": watching.off})
     ecc_before = ecc.start(config.root)             # EDAC / CXL health counts around the run
-    results = _run_planned(planned, env, writer, config.precision_of)
+    watch = sentinels.Watch(watching, env, writer, time.monotonic()) if watching.planned else None
+    results = _run_planned(planned, env, writer, config.precision_of, watch)
     ecc.finish(writer, ecc_before, config.root)     # a count that moved is a run warning
     finished = len(results) == len(planned) and not writer.meta.get("interrupted")
     status = COMPLETE if finished else PARTIAL
     writer.finish(status)
-    return RunOutcome(writer.path, status, results)
+    return RunOutcome(writer.path, status, results, list(watch.results.values()) if watch else [])
 
 
 def _run_planned(planned: list[Planned], env: Env, writer: RunWriter,
-                 precision_of: Callable[[CaseResult], float] | None = None) -> list[CaseResult]:
+                 precision_of: Callable[[CaseResult], float] | None = None,
+                 watch: sentinels.Watch | None = None) -> list[CaseResult]:
     """Measure pass by pass (see runner.processes), then, for cases whose target
     precision is not reached, more passes of one process each; Ctrl-C stops after
-    recording what finished. Returns the cases measured, each with all its processes."""
+    recording what finished. Returns the cases measured, each with all its processes.
+    With a `watch`, the drift sentinels are visited at the start, between processes
+    whenever their interval has passed, and at the end; every sample gets its t_s."""
     order = processes.slices([(0 if p.skip else p.case.repetitions, p.processes) for p in planned])
     estimates = [0.0 if planned[s.index].skip else processes.estimate(planned[s.index].estimate_s, s)
                  for s in order]
     progress = Progress(list(estimates))
     budget = env.suite.get("time_budget_s") or 0
-    start = time.monotonic()
+    start = watch.start if watch else time.monotonic()
     results: dict[int, CaseResult] = {}
     left = lambda: budget - (time.monotonic() - start) if budget else None  # noqa: E731
     extra = processes.Extra({}, {})
     more = processes.adaptive(planned, results, precision_of, left, progress, extra) \
         if precision_of else iter(())
+    interrupted = False
     try:
+        if watch:
+            watch.open()
         for piece, estimate in itertools.chain(zip(order, estimates), more):
             p, label = planned[piece.index], planned[piece.index].case.case_id + piece.suffix
             if piece.index in results and processes.ended(results[piece.index]):
                 progress.drop()                       # the case ended in an earlier process
                 continue
+            if watch and watch.due():
+                watch.visit()
             progress.begin(label)
+            began = time.monotonic() - start
             part = measure_slice(p, env, left(), piece, estimate)
+            sentinels.stamp(part, began)
             results[piece.index] = processes.merge(results.get(piece.index), part, piece)
             writer.add(results[piece.index], part)
             progress.end(label, part.status, part.seconds, part.reason)
@@ -175,7 +190,10 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter,
         sys.stderr.write("\ninterrupted: keeping the cases that finished\n")
         writer.note("interrupted", True)
         extra.stopped = "the run was interrupted"
+        interrupted = True
     finally:
+        if watch:
+            watch.close(last_visit=not interrupted)
         progress.close()
         if precision_of:
             processes.record_precision(planned, results, precision_of, writer, extra)
