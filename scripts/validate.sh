@@ -1,29 +1,47 @@
 #!/usr/bin/env bash
 # Interleaved runs of cxlbench's validation suite and the reference tools on the
 # same machine, back to back, so drift hits both alike. Figures go to OUT/*.txt;
-# docs/validation.md holds the table made from them.
+# docs/validation.md holds the tables made from them.
 #   scripts/validate.sh [OUT] [ROUNDS]
-# Needs: lmbench (Debian non-free), likwid, and `make setup` done.
+# References: lmbench (lat_mem_rd, bw_mem; Debian non-free), likwid-bench, and
+# google/multichase (scripts/validate_multichase.sh: the chase at 16 MiB - 1 GiB,
+# 4 KiB and THP pages; MULTICHASE=/path/to/multichase). A tool that is not installed
+# is skipped with a line saying so; its rows are left out, never estimated.
+# Needs `make setup` done. LOCK=FILE flocks each tool's run (a shared machine's
+# measurement lock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-validation-out}; ROUNDS=${2:-5}
+CXLBENCH=${CXLBENCH:-.venv/bin/cxlbench}; PYTHON=${PYTHON:-.venv/bin/python}
 LMB=/usr/lib/lmbench/bin/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
-mkdir -p "$OUT"
+LOCKED=(); [ -n "${LOCK:-}" ] && LOCKED=(flock "$LOCK")
+mkdir -p "$OUT"; : > "$OUT/skipped.txt"
+skip() { echo "$*" | tee -a "$OUT/skipped.txt"; }
+HAVE_LMB=1; [ -x "$LMB/lat_mem_rd" ] || { HAVE_LMB=0
+  skip "lmbench: skipped, $LMB/lat_mem_rd not found (Debian's lmbench package, in the non-free component); no lat_mem_rd or bw_mem figures."; }
+HAVE_LIKWID=1; command -v likwid-bench > /dev/null || { HAVE_LIKWID=0
+  skip "likwid-bench: skipped, not installed (Debian's likwid package); no likwid-bench figures."; }
 # lmbench's calibration misbehaves in VMs; a fixed ENOUGH (µs per timing) steadies it.
 export ENOUGH=100000
 for r in $(seq 1 "$ROUNDS"); do
   echo "round $r: cxlbench"
-  .venv/bin/cxlbench run --suite validation --out "$OUT/results" --label "round$r" > "$OUT/cxlbench-$r.txt" 2>&1
-  echo "round $r: lat_mem_rd -t (random chain, up to 1024 MB)"
-  # -N 1: lmbench keeps the minimum of its repetitions; one repetition per round
-  # makes its figure a sample like ours, and the rounds give its spread.
-  "$LMB/lat_mem_rd" -t -N 1 1024 64 2> "$OUT/lat_mem_rd-$r.txt"
-  echo "round $r: bw_mem rd 512m, 1 and 2 processes"
-  for p in 1 2; do "$LMB/bw_mem" -P $p -N 1 512m rd 2>> "$OUT/bw_mem-P$p.txt"; done
-  echo "round $r: likwid-bench load_avx 1 GB, 1 and 2 threads"
-  for t in 1 2; do
-    likwid-bench -t load_avx -w S0:1GB:$t 2>&1 | awk '/MByte\/s/ {print $2}' >> "$OUT/likwid-load-T$t.txt"
-  done
+  "${LOCKED[@]}" $CXLBENCH run --suite validation --out "$OUT/results" --label "round$r" > "$OUT/cxlbench-$r.txt" 2>&1
+  if (( HAVE_LMB )); then
+    echo "round $r: lat_mem_rd -t (random chain, up to 1024 MB)"
+    # -N 1: lmbench keeps the minimum of its repetitions; one repetition per round
+    # makes its figure a sample like ours, and the rounds give its spread.
+    "${LOCKED[@]}" "$LMB/lat_mem_rd" -t -N 1 1024 64 2> "$OUT/lat_mem_rd-$r.txt"
+    echo "round $r: bw_mem rd 512m, 1 and 2 processes"
+    for p in 1 2; do "${LOCKED[@]}" "$LMB/bw_mem" -P $p -N 1 512m rd 2>> "$OUT/bw_mem-P$p.txt"; done
+  fi
+  if (( HAVE_LIKWID )); then
+    echo "round $r: likwid-bench load_avx 1 GB, 1 and 2 threads"
+    for t in 1 2; do
+      "${LOCKED[@]}" likwid-bench -t load_avx -w S0:1GB:$t 2>&1 | awk '/MByte\/s/ {print $2}' >> "$OUT/likwid-load-T$t.txt"
+    done
+  fi
 done
 
-.venv/bin/python scripts/validation_table.py "$OUT"
+$PYTHON scripts/validation_table.py "$OUT"
+echo
+CXLBENCH="$CXLBENCH" PYTHON="$PYTHON" scripts/validate_multichase.sh "$OUT/multichase" "$ROUNDS"

@@ -1,6 +1,8 @@
-"""Summarise scripts/validate.sh's (or, with --kernels, validate_kernels.sh's) output:
-medians over rounds of cxlbench and of the reference tools, and their ratio.
-Usage: python scripts/validation_table.py [--kernels] OUT"""
+"""Summarise scripts/validate.sh's (or, with --kernels, validate_kernels.sh's; with
+--multichase, validate_multichase.sh's) output: medians over rounds of cxlbench and
+of the reference tools, and their ratio.
+Usage: python scripts/validation_table.py [--kernels | --multichase] OUT"""
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -34,6 +36,9 @@ def per_round(frame, keys: list[str]):
 
 
 def main(out: Path) -> None:
+    skipped = out / "skipped.txt"
+    for line in skipped.read_text().splitlines() if skipped.exists() else []:
+        print(line)
     per_run = per_round(cxlbench.load(out / "results"), ["benchmark", "page", "threads"])
 
     def ours(benchmark, page, threads=None):
@@ -103,8 +108,69 @@ def kernels(out: Path) -> None:
     table(rows)
 
 
+SIZES = {"16MiB": 16 << 20, "64MiB": 64 << 20, "256MiB": 256 << 20, "1GiB": 1 << 30}
+
+
+def _size_name(nbytes: int) -> str:
+    return next((k for k, v in SIZES.items() if v == nbytes), f"{nbytes >> 20}MiB")
+
+
+def multichase(out: Path) -> None:
+    """One row per working set x page size: each round's cxlbench figure (the median
+    of that pair's repetitions) beside multichase's (its mean of 5 half-second
+    samples), the medians over rounds, their ratio, and the median of the per-round
+    ratios (the two runs of a pair are back to back, so drift cancels more)."""
+    labels, cpus = {}, set()
+    for run in (out / "results").rglob("run.json"):
+        meta = json.loads(run.read_text())
+        labels[meta["run_id"]] = meta.get("label", "")
+        cpus |= {c.get("info", {}).get("cpu") for c in meta.get("cases", []) if c.get("status") == "ok"}
+    df = cxlbench.load(out / "results")
+    df = df[(df.benchmark == "latency") & (df.metric == "latency_ns")]
+    per_run = per_round(df, ["page", "working_set_bytes"])
+    per_run["round"] = per_run.run_id.map(lambda r: int(labels.get(r, "r0-").split("-")[0][1:] or 0))
+    setup = (out / "setup.txt").read_text() if (out / "setup.txt").exists() else ""
+    print(setup.strip())
+    pinned = setup.split("pinned to CPU ")[1].split(";")[0] if "pinned to CPU " in setup else "?"
+    print(f"cxlbench's latency worker ran on CPU {', '.join(str(c) for c in sorted(cpus, key=str))}; "
+          f"multichase was pinned to CPU {pinned}"
+          + ("" if {str(c) for c in cpus} == {pinned} else "  ** NOT THE SAME CPU **"))
+    print()
+    print("| working set | pages | cxlbench ns, median (rounds) | multichase ns, median (rounds) "
+          "| ratio of medians | paired ratio (range) | rounds |")
+    print("|---|---|---|---|---|---|---|")
+    for size in sorted(per_run.working_set_bytes.unique()):
+        for page in ("4k", "thp"):
+            name = _size_name(int(size))
+            ours = per_run[(per_run.working_set_bytes == size) & (per_run.page == page)]
+            ours = dict(zip(ours["round"], ours.value))
+            theirs, huge = {}, []
+            for fields in (f.split() for f in ((out / f"multichase-{name}-{page}.txt").read_text().splitlines()
+                                               if (out / f"multichase-{name}-{page}.txt").exists() else [])):
+                if len(fields) >= 2 and fields[1] not in ("", "nan"):
+                    theirs[int(fields[0])] = float(fields[1])
+                    if len(fields) > 2:
+                        huge.append(int(fields[2]) * 1024 / size)
+            rounds = sorted(set(ours) & set(theirs))
+            if not rounds:
+                continue
+            a, b = [ours[r] for r in rounds], [theirs[r] for r in rounds]
+            ratios = [x / y for x, y in zip(a, b)]
+            ma, mb = statistics.median(a), statistics.median(b)
+            print(f"| {name} | {page} | {ma:.1f} ({', '.join(f'{x:.0f}' for x in a)}) | "
+                  f"{mb:.1f} ({', '.join(f'{x:.0f}' for x in b)}) | **{ma / mb:.3f}** | "
+                  f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}) | {len(rounds)} |")
+            if page == "thp" and huge and min(huge) < 0.9:
+                print(f"  (multichase's THP coverage, largest seen per round: "
+                      f"{', '.join(f'{h:.0%}' for h in huge)})")
+            if page == "4k" and huge and max(huge) > 0:
+                print(f"  (multichase's 4k arena had huge pages: {', '.join(f'{h:.0%}' for h in huge)})")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--kernels":
         kernels(Path(sys.argv[2]))
+    elif sys.argv[1] == "--multichase":
+        multichase(Path(sys.argv[2]))
     else:
         main(Path(sys.argv[1]))
