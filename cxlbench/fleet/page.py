@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cxlbench import __version__
+from cxlbench.version import __version__
 from cxlbench.analysis.compare import fmt_change, fmt_ci_change, text_table
 from cxlbench.fleet import record as records
 from cxlbench.fleet.matrix import Contrast, FleetFigures, contrast, gather
