@@ -24,6 +24,9 @@ PACKAGE = REPO / "cxlbench"
 #:  - memory sits above gpu: the placement layer pins its host buffers for a GPU
 #:    (cxlbench.memory.pinned registers them with a gpu device and views them with
 #:    gpu.buffers.host_array);
+#:  - fleet (many machines through Slurm or Kubernetes, and the fleet's report) sits
+#:    under the commands and over the report it renders with; it starts runs only as
+#:    jobs, never by importing the runner;
 #:  - export (a run in pytest-benchmark's format) is an output beside the report;
 #:  - _native is the C core (no Python imports of its own);
 #:  - results, units, closing and version are one layer, used by all;
@@ -33,6 +36,7 @@ PACKAGE = REPO / "cxlbench"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("api", ("cxlbench",)),
     ("cli", ("cxlbench.cli",)),
+    ("fleet", ("cxlbench.fleet",)),
     ("report", ("cxlbench.report", "cxlbench.export")),
     ("analysis", ("cxlbench.analysis",)),
     ("runner", ("cxlbench.runner",)),

@@ -43,11 +43,12 @@ def doctor(root: str = "/") -> int:
 def run(suite: str = "quick", declarations: list[str] = (), label: str | None = None,
         out: str = "results", root: str = "/", budget: float | None = None,
         list_only: bool = False, command: list[str] = (), with_report: bool = True,
-        find_max: bool = False, precision: str | None = None) -> int:
+        find_max: bool = False, precision: str | None = None, configuration: str | None = None) -> int:
     from cxlbench.cli.tier_table import tier_summary
     from cxlbench.results.store import load_run
     from cxlbench.runner.run import RunConfig, prepare, run as run_suite
 
+    from cxlbench.fleet.configuration import derive
     out_path = Path(out)
     if out_path.exists() and not out_path.is_dir():
         raise UserError(f"--out {out} is a file, not a results directory")
@@ -60,7 +61,7 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         raise UserError(str(e)) from None
     config = RunConfig(suite, list(declarations), label, out, root, command=list(command),
                        time_budget_s=budget, find_max=find_max, precision=target,
-                       precision_of=case_precision)
+                       precision_of=case_precision, configuration=configuration, configuration_of=derive)
     try:
         if list_only:                 # the plan `run` would measure, planned the same way
             shown = set()
@@ -83,6 +84,8 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         if n:
             print(f"{n} case(s) {status}; reasons are in run.json and the report")
     print(f"run {outcome.status}: {outcome.path}")
+    if outcome.stored:
+        print(f"stored: {outcome.stored}")
     if with_report:
         from cxlbench.report import render
         print(f"report: {render([outcome.path])}")

@@ -78,9 +78,12 @@ def parser() -> argparse.ArgumentParser:
                    help="training: the largest model config that fits each placement")
     tiers(r)
     r.add_argument("--no-report", action="store_true", help="don't render the HTML report")
+    r.add_argument("--config", metavar="NAME",
+                   help="the hardware configuration's name, a folder above the machine's in the store "
+                        "(auto: derived from the machine; a store URL derives one when not named)")
     r.set_defaults(func=lambda a: commands.run(
         a.suite, a.tier, a.label, a.out, a.root, a.budget, a.list, sys.argv, not a.no_report,
-        a.find_max, a.precision))
+        a.find_max, a.precision, a.config))
 
     rp = sub.add_parser("report", help="render runs as one self-contained HTML file")
     rp.add_argument("runs", nargs="*", help="run directories (default: the newest under results/)")
@@ -149,6 +152,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--format", default="pytest-benchmark")
     e.add_argument("-o", "--out", required=True)
     e.set_defaults(func=lambda a: commands.export(a.run, a.out, a.format))
+
+    from cxlbench.cli import fleet_cli
+    fleet_cli.add_parser(sub)
+    for command in (r, rp, c, g, h):       # these read or write a store, which may be a URL
+        fleet_cli.store_options(command)
     return p
 
 
@@ -166,6 +174,9 @@ def _gate(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if getattr(args, "store_option", None):
+            from cxlbench.results.location import configure
+            configure(args.store_option)
         return int(args.func(args) or 0)
     except _known_errors() as e:
         print(f"cxlbench: error: {e}", file=sys.stderr)

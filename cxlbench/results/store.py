@@ -1,12 +1,20 @@
-"""Runs on disk: results/<machine>/<run_id>/{run.json, samples.parquet}.
+"""Runs on disk: results/<machine>/<run_id>/{run.json, samples.parquet}, or, with a
+named hardware configuration, results/<configuration>/<machine>/<run_id>/.
 
 Written incrementally and atomically: each finished case lands as its own
 parquet part (write to a temporary name, then rename) and run.json is
 rewritten the same way, so a crash or Ctrl-C at any moment leaves a run that
 loads, marked partial. `finish` merges the parts into samples.parquet.
+
+A store may also be a URL (`s3://bucket/prefix`, see location.py): the run is
+written locally exactly as above into a staging folder, and each file is put to
+the store as soon as it is written, under the node's own prefix
+<configuration>/<machine>/<run_id>/. A node that dies mid-run leaves in the store
+every case it finished; no node ever writes under another's prefix.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -18,14 +26,14 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from cxlbench.results import location
+from cxlbench.results.location import ResultsError  # noqa: F401  (its home for callers)
+
 from cxlbench.results.schema import (COMPLETE, CORE_COLUMNS, PARTIAL, RUNNING, SCHEMA_VERSION,
                                      CaseResult, sample_rows)
 
 RUN_JSON, SAMPLES, PARTS = "run.json", "samples.parquet", "parts"
 
-
-class ResultsError(Exception):
-    """A path that is not a readable cxlbench run; the message says what to do."""
 
 
 def now_iso() -> str:
@@ -80,11 +88,16 @@ def _json_default(obj: Any):
 class RunWriter:
     """Owns one run directory while the run is being made."""
 
-    def __init__(self, out_dir: str | Path, machine_name: str, meta: dict[str, Any]):
+    def __init__(self, out_dir: str | Path, machine_name: str, meta: dict[str, Any],
+                 configuration: str | None = None):
+        """`configuration`: the hardware configuration's name, a folder above the
+        machine's (none: results/<machine>/<run_id>, as always)."""
         root = Path(out_dir)
         if root.exists() and not root.is_dir():
             raise ResultsError(f"{root} is not a directory; pass --out a results directory")
         self.run_id = meta.get("run_id") or new_run_id(meta.get("label"))
+        if configuration:
+            root = root / safe_name(configuration)
         self.path = root / safe_name(machine_name) / self.run_id
         (self.path / PARTS).mkdir(parents=True, exist_ok=False)
         self.meta = {"schema_version": SCHEMA_VERSION, **meta, "run_id": self.run_id,
@@ -96,6 +109,13 @@ class RunWriter:
     def _save_meta(self) -> None:
         text = json.dumps(self.meta, indent=1, default=_json_default, sort_keys=False)
         atomic_write(self.path / RUN_JSON, text.encode())
+        self._publish(RUN_JSON)
+
+    def _publish(self, name: str) -> None:
+        """A file of the run was written (a local store has nothing more to do)."""
+
+    def _withdraw(self, name: str) -> None:
+        """A file of the run was removed."""
 
     def add(self, result: CaseResult, part: CaseResult | None = None) -> None:
         """Store a case. When a case is measured by several processes, `part` is the
@@ -106,7 +126,9 @@ class RunWriter:
             if measured.samples else []
         if rows:
             self._parts += 1
-            _write_parquet(self.path / PARTS / f"{self._parts:06d}.parquet", _tidy(pd.DataFrame(rows)))
+            name = f"{PARTS}/{self._parts:06d}.parquet"
+            _write_parquet(self.path / name, _tidy(pd.DataFrame(rows)))
+            self._publish(name)
         self.record(result)
 
     def record(self, result: CaseResult) -> None:
@@ -142,12 +164,41 @@ class RunWriter:
         """Merge the parts into samples.parquet, then mark the run ended."""
         frame = _read_parts(self.path)
         _write_parquet(self.path / SAMPLES, frame)
-        for part in (self.path / PARTS).glob("*.parquet"):
+        self._publish(SAMPLES)
+        for part in sorted((self.path / PARTS).glob("*.parquet")):
             part.unlink()
+            self._withdraw(f"{PARTS}/{part.name}")
         (self.path / PARTS).rmdir()
         self.meta.update(status=status, ended=now_iso())
         self._save_meta()
         return self.path
+
+
+class StoreWriter(RunWriter):
+    """A run whose store is a URL: written in a local staging folder as any run,
+    each file put to <url>/<configuration>/<machine>/<run_id>/ as it is written.
+    `path` is the staging folder (the run as this node sees it), `url` the run in
+    the store. A run that cannot reach its store is refused before it measures."""
+
+    def __init__(self, url: str, machine_name: str, meta: dict[str, Any], configuration: str,
+                 staging: str | Path | None = None):
+        location.check_reachable(url)
+        self.url_root = url.rstrip("/")
+        staging = Path(staging) if staging else Path(tempfile.mkdtemp(prefix="cxlbench-staging-"))
+        self.url = ""
+        super().__init__(staging, machine_name, meta, configuration)
+
+    def _save_meta(self) -> None:
+        if not self.url:
+            rel = self.path.relative_to(self.path.parents[2])
+            self.url = location.join(self.url_root, *rel.parts)
+        super()._save_meta()
+
+    def _publish(self, name: str) -> None:
+        location.write_bytes(location.join(self.url, name), (self.path / name).read_bytes())
+
+    def _withdraw(self, name: str) -> None:
+        location.delete(location.join(self.url, name))
 
 
 def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
@@ -160,9 +211,10 @@ def _empty() -> pd.DataFrame:
                          for c in CORE_COLUMNS})
 
 
-def _read_parquet(path: Path) -> pd.DataFrame:
+def _read_parquet(path: Path | str, source: Any = None) -> pd.DataFrame:
+    """A samples file; `source` (bytes read from a store) stands in for the path's file."""
     try:
-        frame = pd.read_parquet(path)
+        frame = pd.read_parquet(path if source is None else io.BytesIO(source))
     except Exception as e:     # pyarrow raises several types for a damaged file
         raise ResultsError(f"{path} is not a readable samples file ({type(e).__name__}); "
                            f"re-run the case or remove the file") from None
@@ -181,7 +233,7 @@ def _read_parts(run_dir: Path) -> pd.DataFrame:
 
 @dataclass
 class Run:
-    path: Path
+    path: Path | str          # a folder, or a URL in a store
     meta: dict[str, Any]
     samples: pd.DataFrame
 
@@ -203,11 +255,17 @@ def _read_meta(run_dir: Path) -> dict[str, Any]:
     if not run_dir.exists():
         raise ResultsError(f"{run_dir} does not exist")
     try:
-        meta = json.loads((run_dir / RUN_JSON).read_text())
+        text = (run_dir / RUN_JSON).read_bytes()
     except FileNotFoundError:
         raise ResultsError(f"{run_dir} is not a cxlbench run (no {RUN_JSON})") from None
+    return _parse_meta(text, run_dir / RUN_JSON, run_dir)
+
+
+def _parse_meta(text: bytes, where: Any, run_dir: Any) -> dict[str, Any]:
+    try:
+        meta = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ResultsError(f"{run_dir / RUN_JSON} is damaged (not JSON)") from None
+        raise ResultsError(f"{where} is damaged (not JSON)") from None
     if not isinstance(meta, dict) or "run_id" not in meta or "schema_version" not in meta:
         raise ResultsError(f"{run_dir / RUN_JSON} is not a cxlbench run record")
     if meta["schema_version"] > SCHEMA_VERSION:
@@ -218,6 +276,8 @@ def _read_meta(run_dir: Path) -> dict[str, Any]:
 
 def load_run(path: str | Path) -> Run:
     """One run. A run that never finished (crash, kill) loads from its parts as partial."""
+    if location.is_url(path):
+        return _load_stored_run(path)
     run_dir = Path(path)
     meta = _read_meta(run_dir)
     if (run_dir / SAMPLES).exists():
@@ -241,8 +301,45 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
-def find_runs(path: str | Path) -> list[Path]:
-    """Run directories at or below a path (a run, a machine folder, or results/)."""
+def _load_stored_run(url: str) -> Run:
+    """A run in a store at a URL. Its writer's pid means nothing here (another
+    node): a run left 'running' stays so, and a fleet's record says what became of it."""
+    url = url.rstrip("/")
+    try:
+        text = location.read_bytes(location.join(url, RUN_JSON))
+    except location.StoreURLError:
+        raise
+    except Exception as e:           # the store's client raises its own types
+        raise ResultsError(f"{url}: cannot read the store ({type(e).__name__}: {e})".splitlines()[0]) from None
+    if text is None:
+        raise ResultsError(f"{url} is not a cxlbench run (no {RUN_JSON})")
+    meta = _parse_meta(text, location.join(url, RUN_JSON), url)
+    for _ in range(3):      # a part withdrawn while read: the writer merged them, read again
+        samples = _stored_samples(url)
+        if samples is not None:
+            return Run(url, meta, samples)
+    raise ResultsError(f"{url}: its samples changed three times while being read; try again")
+
+
+def _stored_samples(url: str) -> pd.DataFrame | None:
+    samples_url = location.join(url, SAMPLES)
+    data = location.read_bytes(samples_url)
+    if data is not None:
+        return _read_parquet(samples_url, data)
+    frames = []
+    for part in location.glob(url, f"{PARTS}/*.parquet"):
+        data = location.read_bytes(part)
+        if data is None:
+            return None
+        frames.append(_read_parquet(part, data))
+    return _tidy(pd.concat(frames, ignore_index=True)) if frames else _empty()
+
+
+def find_runs(path: str | Path) -> list[Path] | list[str]:
+    """Run directories at or below a path (a run, a machine folder, a configuration's
+    folder, or results/); URLs of the runs at or below a store's URL."""
+    if location.is_url(path):
+        return _find_stored_runs(path)
     p = Path(path)
     if not p.exists():
         raise ResultsError(f"{p} does not exist")
@@ -251,15 +348,48 @@ def find_runs(path: str | Path) -> list[Path]:
     if not p.is_dir():
         raise ResultsError(f"{p} is neither a run directory nor a folder of runs")
     runs = sorted(r.parent for r in p.glob(f"*/{RUN_JSON}")) or \
-        sorted(r.parent for r in p.glob(f"*/*/{RUN_JSON}"))
+        sorted({r.parent for depth in ("*/*", "*/*/*") for r in p.glob(f"{depth}/{RUN_JSON}")})
     if not runs:
         raise ResultsError(f"no cxlbench runs under {p}")
     return runs
 
 
+def _find_stored_runs(url: str) -> list[str]:
+    url = url.rstrip("/")
+    try:
+        found = [u for depth in ("", "*", "*/*", "*/*/*")
+                 for u in location.glob(url, f"{depth}/{RUN_JSON}".lstrip("/"))]
+    except location.StoreURLError:
+        raise
+    except Exception as e:
+        raise ResultsError(f"{url}: cannot list the store ({type(e).__name__}: {e})".splitlines()[0]) from None
+    runs = sorted({u.rsplit("/", 1)[0] for u in found})
+    if location.join(url, RUN_JSON) in found:
+        return [url]
+    if not runs:
+        raise ResultsError(f"no cxlbench runs under {url}")
+    return runs
+
+
 def load(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
-    """Samples of every run at or below the given paths, as one tidy DataFrame."""
+    """Samples of every run at or below the given paths (folders or store URLs), as
+    one tidy DataFrame; each row also says its machine and hardware configuration,
+    so a fleet's store reads as one table."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    frames = [load_run(r).samples for p in paths for r in find_runs(p)]
+    frames = [_tagged(load_run(r)) for p in paths for r in find_runs(p)]
     return pd.concat(frames, ignore_index=True) if frames else _empty()
+
+
+def machine_of(meta: dict[str, Any]) -> str:
+    return str(meta.get("machine_name") or meta.get("hostname") or "?")
+
+
+def configuration_of(meta: dict[str, Any]) -> str:
+    """The run's hardware configuration's name ('' for a run that recorded none)."""
+    conf = meta.get("configuration")
+    return str(conf.get("name") or "") if isinstance(conf, dict) else str(conf or "")
+
+
+def _tagged(run: Run) -> pd.DataFrame:
+    return run.samples.assign(machine=machine_of(run.meta), configuration=configuration_of(run.meta))

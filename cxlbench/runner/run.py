@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import platform
 import socket
 import sys
@@ -14,7 +15,8 @@ from cxlbench.version import __version__
 from cxlbench.benchmarks import family
 from cxlbench.benchmarks.base import Env, Planned, describe
 from cxlbench.results.schema import COMPLETE, CORE_COLUMNS, FAILED, PARTIAL, SKIPPED, CaseResult
-from cxlbench.results.store import RunWriter
+from cxlbench.results.location import is_url
+from cxlbench.results.store import RunWriter, StoreWriter
 from cxlbench.runner import ecc, processes, sentinels
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_max
@@ -39,6 +41,12 @@ class RunConfig:
     # cannot say): adaptive repetitions ask it, and each case records it. The
     # statistics live above the runner (analysis), so the caller hands them in.
     precision_of: Callable[[CaseResult], float] | None = None
+    # The hardware configuration's name (--config): a folder above the machine's in
+    # the store. "auto", or a store at a URL with none named: the name
+    # `configuration_of` derives from the run's machine record (it lives in the
+    # analysis layer, above the runner, so the caller hands it in, like precision_of).
+    configuration: str | None = None
+    configuration_of: Callable[[dict], str] | None = None
 
 
 @dataclass
@@ -47,6 +55,15 @@ class RunOutcome:
     status: str
     results: list[CaseResult]
     sentinels: list[CaseResult] = field(default_factory=list)   # the drift sentinels' cases
+    stored: str | None = None            # the run's URL, when the store is one
+
+
+#: What a scheduler tells the job it started (Slurm's variables, an Indexed Job's
+#: index, the node name a pod gets from the downward API): recorded with the run, so a
+#: fleet's report can say which job measured what.
+SCHEDULER_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_CLUSTER_NAME", "SLURMD_NODENAME",
+                       "SLURM_JOB_PARTITION", "JOB_COMPLETION_INDEX", "NODE_NAME", "POD_NAME",
+                       "CXLBENCH_FLEET_ID")
 
 
 def build_env(root: str, declarations: list[str], suite: dict | None = None) -> Env:
@@ -119,14 +136,37 @@ def open_writer(config: RunConfig, env: Env, planned: list[Planned], **extra) ->
     """A new run directory for `planned`, its run.json saying what, where and how:
     the machine, the suite, the versions, and each family's self-description."""
     suite = env.suite
-    return RunWriter(config.out, env.machine.hostname, {
+    meta = {
         "label": config.label, "machine_name": env.machine.hostname, "hostname": socket.gethostname(),
         "command": config.command, "suite": {k: v for k, v in suite.items() if k != "benchmark"} |
         {"benchmark": suite["benchmark"]}, "versions": versions(),
         "machine": asdict(env.machine), "environment": asdict(env.machine.environment),
         "tiers": [asdict(t) for t in env.tiers.values()], "warnings": [],
         "families": {p.case.benchmark: describe(family(p.family)) for p in planned}, **extra,
-    })
+    }
+    name, source = configuration_name(config, meta)
+    meta["configuration"] = {"name": name, "source": source}
+    scheduler = {k: os.environ[k] for k in SCHEDULER_VARIABLES if os.environ.get(k)}
+    if scheduler:
+        meta["scheduler"] = scheduler
+    if is_url(config.out):
+        return StoreWriter(config.out, env.machine.hostname, meta, name)
+    return RunWriter(config.out, env.machine.hostname, meta, name if source == "label" or
+                     config.configuration == "auto" else None)
+
+
+def configuration_name(config: RunConfig, meta: dict) -> tuple[str, str]:
+    """(name, source): the name given (source "label"), else the one derived from
+    the machine record ("derived"). A local store keeps today's layout unless a
+    name is given or "auto" asked for; a store at a URL always has the level."""
+    if config.configuration and config.configuration != "auto":
+        return config.configuration, "label"
+    if config.configuration_of is None:
+        if config.configuration == "auto" or is_url(config.out):
+            raise SuiteError("a derived configuration name needs configuration_of "
+                             "(cxlbench run passes fleet.configuration.derive)")
+        return "", "none"
+    return config.configuration_of(meta), "derived"
 
 
 def run(config: RunConfig) -> RunOutcome:
@@ -146,7 +186,8 @@ def run(config: RunConfig) -> RunOutcome:
     finished = len(results) == len(planned) and not writer.meta.get("interrupted")
     status = COMPLETE if finished else PARTIAL
     writer.finish(status)
-    return RunOutcome(writer.path, status, results, list(watch.results.values()) if watch else [])
+    return RunOutcome(writer.path, status, results, list(watch.results.values()) if watch else [],
+                      getattr(writer, "url", None))
 
 
 def _run_planned(planned: list[Planned], env: Env, writer: RunWriter,

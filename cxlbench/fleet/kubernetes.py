@@ -1,0 +1,119 @@
+"""Kubernetes manifests for a fleet: one Indexed Job per hardware configuration.
+
+Each Job's pods run the ordinary single-machine `cxlbench run` into the store.
+Nodes of a configuration are chosen by a node label (`cxlbench.io/config=NAME`
+unless another key is given); one pod per node is enforced twice, by required
+pod anti-affinity on the hostname and by a topology spread with a skew of 1, so
+no two of a Job's pods share a machine and disturb each other's figures. A pod
+that fails is not retried (backoffLimitPerIndex 0): the report says the node
+failed rather than quietly measuring it twice. Huge pages and privileges are
+opt-in: a pod gets neither unless asked. The user applies the file (kubectl
+apply -f); cxlbench talks to no cluster.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+LABEL_KEY = "cxlbench.io/config"
+FLEET_KEY = "cxlbench.io/fleet"
+HUGEPAGE_SIZES = ("2Mi", "1Gi")
+
+
+@dataclass
+class JobSpec:
+    configuration: str
+    nodes: int                            # pods, one per node
+    image: str
+    store: str
+    suite: str
+    fleet_id: str
+    label_key: str = LABEL_KEY
+    label_value: str = ""                 # default: the configuration's name
+    namespace: str = "default"
+    time_limit_s: int = 3600
+    hugepages: dict[str, str] = field(default_factory=dict)    # {"2Mi": "2Gi"}
+    memory: str = "4Gi"
+    privileged: bool = False
+    secret: str | None = None             # credentials for the store (envFrom)
+    endpoint: str | None = None           # CXLBENCH_S3_ENDPOINT
+    extra_args: list[str] = field(default_factory=list)
+
+
+def dns_name(text: str) -> str:
+    """A DNS-1123 label: lowercase alphanumerics and '-', at most 63 characters."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return name[:63].rstrip("-") or "x"
+
+
+def job(spec: JobSpec) -> dict[str, Any]:
+    name = dns_name(f"cxlbench-{spec.configuration}-{spec.fleet_id}")
+    labels = {"app.kubernetes.io/name": "cxlbench", FLEET_KEY: dns_name(spec.fleet_id),
+              "cxlbench.io/job": name}
+    one_per_node = {"matchLabels": {"cxlbench.io/job": name}}
+    env = [{"name": "CXLBENCH_FLEET_ID", "value": spec.fleet_id},
+           {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+           {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    if spec.endpoint:
+        env.append({"name": "CXLBENCH_S3_ENDPOINT", "value": spec.endpoint})
+    limits: dict[str, str] = {"memory": spec.memory}
+    volumes, mounts = [], []
+    for size, amount in spec.hugepages.items():
+        limits[f"hugepages-{size}"] = amount
+        volumes.append({"name": f"hugepages-{size.lower()}", "emptyDir": {"medium": f"HugePages-{size}"}})
+        mounts.append({"name": f"hugepages-{size.lower()}", "mountPath": f"/dev/hugepages-{size.lower()}"})
+    container: dict[str, Any] = {
+        "name": "cxlbench", "image": spec.image,
+        "command": ["cxlbench", "run", "--suite", spec.suite, "--out", spec.store,
+                    "--config", spec.configuration, "--label", f"fleet-{spec.fleet_id}", "--no-report",
+                    *spec.extra_args],
+        "env": env,
+        "resources": {"requests": dict(limits), "limits": limits},
+        "securityContext": {"privileged": True} if spec.privileged else
+        {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    if mounts:
+        container["volumeMounts"] = mounts
+    if spec.secret:
+        container["envFrom"] = [{"secretRef": {"name": spec.secret}}]
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "nodeSelector": {spec.label_key: spec.label_value or spec.configuration},
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": one_per_node, "topologyKey": "kubernetes.io/hostname"}]}},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                       "whenUnsatisfiable": "DoNotSchedule", "labelSelector": one_per_node}],
+        "containers": [container],
+    }
+    if volumes:
+        pod["volumes"] = volumes
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": spec.namespace, "labels": labels},
+        "spec": {"completionMode": "Indexed", "completions": spec.nodes, "parallelism": spec.nodes,
+                 "backoffLimitPerIndex": 0, "maxFailedIndexes": spec.nodes,
+                 "activeDeadlineSeconds": spec.time_limit_s,
+                 "template": {"metadata": {"labels": labels}, "spec": pod}},
+    }
+
+
+def manifests(specs: list[JobSpec]) -> str:
+    """The Jobs as one multi-document YAML file (each document in JSON, which is YAML)."""
+    return "".join(f"---\n{json.dumps(job(s), indent=2)}\n" for s in specs)
+
+
+def validate(text: str, version: str | None = None) -> list[str]:
+    """Each document checked against the Kubernetes API schema, offline (the schemas
+    ship inside kubernetes-validate); one line per problem, none when valid."""
+    import kubernetes_validate
+    from kubernetes_validate.utils import latest_version
+    version = version or latest_version()
+    problems = []
+    for i, doc in enumerate(d for d in text.split("---\n") if d.strip()):
+        try:
+            kubernetes_validate.validate(json.loads(doc), version, strict=True)
+        except Exception as e:      # ValidationError, SchemaNotFoundError, ...
+            problems.append(f"document {i + 1}: {str(e).splitlines()[0]}")
+    return problems
