@@ -266,3 +266,57 @@ def test_the_detectable_change_grows_with_the_history_noise_and_never_undercuts_
     quiet, noisy = detectable(0.03, 20, 8, rule), detectable(0.12, 20, 8, rule)
     assert 0.08 < quiet < 0.12 and 0.35 < noisy < 0.5
     assert detectable(0.03, 20, 1, rule) < quiet       # fewer points: a lighter correction
+
+
+# ------------------------------------------------------------------ relative to the drift sentinels
+
+def _drifting_runs(tmp_path: Path, n: int, change_from: int, change: float = 1.10) -> list[Path]:
+    """Runs whose whole machine drifts 15% from run to run (the case and its DRAM-chase
+    sentinel alike); the case alone `change` times slower from run `change_from` on."""
+    from tests.fakes import synthetic
+    rng = np.random.default_rng(11)
+    paths = []
+    for i in range(n):
+        speed = float(np.exp(rng.normal(0, 0.15)))
+        slow = change if i >= change_from else 1.0
+        t_case, t_visit = np.linspace(10, 50, 5), np.linspace(0, 60, 3)
+        case = synthetic.case_result(
+            "latency", "ddr0", {"working_set_bytes": 256 << 20, "page": "4k", "pattern": "random",
+                                "chains": 1, "line_bytes": 64},
+            {"latency_ns": 200 * speed * slow * np.exp(rng.normal(0, 0.005, 5))},
+            sample_params=lambda rep, i, t=t_case: {"t_s": float(t[rep])})
+        probe = synthetic.case_result(
+            "sentinel", "ddr0", {"probe": "dram_chase", "working_set_bytes": 512 << 20, "page": "4k"},
+            {"latency_ns": 180 * speed * np.exp(rng.normal(0, 0.005, 3))},
+            sample_params=lambda rep, i, t=t_visit: {"t_s": float(t[rep])})
+        p = write_run(tmp_path / "results", [probe, case], suite="ci", label=f"r{i}")
+        meta = json.loads((p / "run.json").read_text())
+        meta["started"] = (START + pd.Timedelta(minutes=15 * i)).isoformat()
+        (p / "run.json").write_text(json.dumps(meta))
+        paths.append(p)
+    return paths
+
+
+def test_relative_to_its_sentinel_a_drifting_machine_still_shows_a_10_percent_regression(tmp_path):
+    paths = _drifting_runs(tmp_path, 16, change_from=13)
+    raw = hist.history(tmp_path / "results")
+    rel = hist.history(tmp_path / "results", normalize="dram_chase")
+    case = next(p for p in rel.rows["point"].unique() if p.startswith("latency/"))
+    assert hist.spread(raw.series(case)["median"][:13]) > 0.10          # the machine's drift
+    assert hist.spread(rel.series(case)["median"][:13]) < 0.02          # cancelled relative to it
+    assert set(rel.series(case)["relative_to"]) == {"dram_chase"}
+    current, later = load_run(paths[13]), [load_run(p) for p in paths[14:]]
+    assert judge(raw, current, later).status == PASS                    # lost in the drift
+    v = judge(rel, current, later)
+    assert v.status == FAIL and v.normalize == "dram_chase"
+    slower = v.rows[v.rows["verdict"] == "slower"]
+    assert slower["point"].tolist() == [case] and abs(slower["change"].iloc[0] - 0.10) < 0.02
+    (cp,) = [c for c in hist.point_changes(rel) if c.point == case]
+    assert cp.change.index == 13
+
+
+def test_a_probe_name_the_sentinels_do_not_have_is_one_line(tmp_path, capsys):
+    _drifting_runs(tmp_path, 2, change_from=5)
+    assert main(["history", str(tmp_path / "results"), "--normalize", "dram"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "normalize 'dram'" in err

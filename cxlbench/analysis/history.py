@@ -26,7 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from cxlbench.analysis import machine as machine_mod
+from cxlbench.analysis import drift, machine as machine_mod
 from cxlbench.analysis.changepoints import ChangePoint, change_points
 from cxlbench.analysis.compare import params_text, parse_case_params
 from cxlbench.analysis.headlines import figures
@@ -82,6 +82,8 @@ class History:
     changes: list[EnvChange] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)     # runs not in it, and why
     paths: dict[str, Path] = field(default_factory=dict)   # run_id -> run directory
+    normalize: str | None = None      # cases relative to these sentinels ("dram_chase,triad")
+    reference: dict[str, float] = field(default_factory=dict)   # each probe's S_ref over the history
 
     def series(self, point: str) -> pd.DataFrame:
         """One point's rows in time order."""
@@ -184,20 +186,30 @@ def read_markers(dirs: Iterable[Path]) -> list[Marker]:
     return out
 
 
-def run_rows(run: Run) -> pd.DataFrame:
+def run_rows(run: Run, normalize: str | None = None, reference: dict[str, float] | None = None) -> pd.DataFrame:
     """One row per point of a run: its median over repetitions with the interval,
     the number of repetitions, the achieved precision, and its headline label
-    where the run's families declared one."""
-    pts = points(repetitions(run.samples))
+    where the run's families declared one. With `normalize`, each case sample is
+    divided by its sentinel at its time and scaled by `reference` (constant over a
+    history, so the figures keep their units and stay comparable); `relative_to`
+    names the probe. The sentinels themselves stay raw: a whole machine that got
+    slower shows there."""
+    samples = run.samples
+    if normalize:
+        cases = drift.normalize(samples, run.meta, reference or None, drift.probes_asked(normalize))
+        samples = pd.concat([cases, drift.sentinels_only(samples, run.meta)], ignore_index=True)
+    pts = points(repetitions(samples))
     if pts.empty:
         return pts
     pts = pts.assign(precision=precision(pts), headline="")
-    for f in figures(run.samples, run.meta, pts):
+    if "sentinel" in pts.columns:
+        pts = pts.rename(columns={"sentinel": "relative_to"})
+    for f in figures(drift.cases_only(run.samples, run.meta), run.meta, pts):
         pts.loc[(pts["point"] == f.point) & (pts["metric"] == f.metric), "headline"] = f.label
     # one key per series: a case's metrics are separate figures
     pts["point"] = pts["point"] + ":" + pts["metric"].astype(str)
     cols = ["point", "case_id", "benchmark", "target", "tier_kind", "metric", "unit", "better",
-            "median", "lo", "hi", "n", "rcv", "precision", "headline"]
+            "median", "lo", "hi", "n", "rcv", "precision", "headline", "relative_to"]
     return pts[[c for c in cols if c in pts.columns]]
 
 
@@ -212,6 +224,9 @@ def labels(rows: pd.DataFrame) -> list[str]:
                    if len({p.get(k) for p in params}) > 1]
         several = grp["metric"].nunique() > 1
         for point, target, metric, p in zip(grp["point"], grp["target"], grp["metric"], params):
+            if bench == drift.NAME:
+                names[point] = f"sentinel: {drift.LABELS.get(p.get('probe'), p.get('probe'))} ({target})"
+                continue
             text = f"{bench} {target} {params_text(p, varying)}".strip()
             names[point] = f"{text} {metric}" if several else text
     return [f"{t} {h}" if h else names[p] for h, t, p in zip(rows["headline"], rows["target"], rows["point"])]
@@ -227,11 +242,21 @@ def environment_changes(runs: pd.DataFrame) -> list[EnvChange]:
     return sorted(out, key=lambda c: c.position)
 
 
-def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = ()) -> History:
+def history_reference(runs: list[Run]) -> dict[str, float]:
+    """Each sentinel probe's median over the runs' own medians: the constant S_ref
+    every run of a history is scaled to when judged relative to its sentinels."""
+    per_run = [drift.references(r.samples, r.meta) for r in runs]
+    probes = {p for ref in per_run for p in ref}
+    return {p: float(np.median([ref[p] for ref in per_run if p in ref])) for p in probes}
+
+
+def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = (),
+          normalize: str | None = None) -> History:
+    reference = history_reference(runs) if normalize else {}
     table = pd.DataFrame([{"run_id": r.run_id, "started": _started(r.meta), "run_label": r.meta.get("label"),
                            **{k: get(r.meta) for k, get in ENVIRONMENT.items()}} for r in runs])
     table.insert(0, "position", range(len(table)))
-    frames = [run_rows(r).assign(run_id=r.run_id, position=i) for i, r in enumerate(runs)]
+    frames = [run_rows(r, normalize, reference).assign(run_id=r.run_id, position=i) for i, r in enumerate(runs)]
     rows = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
     if not rows.empty:
         rows["label"] = labels(rows)
@@ -239,12 +264,13 @@ def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = ()) 
     markers = [m for m in read_markers(p.parent for p in paths.values())
                if m.run_id in paths and m.suite in ("", key[1])]
     return History(key[0], key[1], key[2], table, rows, markers, environment_changes(table),
-                   list(left_out), paths)
+                   list(left_out), paths, normalize, reference)
 
 
 def history(paths: str | Path | Iterable[str | Path], machine: str | None = None,
-            suite: str | None = None) -> History:
-    """The history of one machine and suite found below the paths."""
+            suite: str | None = None, normalize: str | None = None) -> History:
+    """The history of one machine and suite found below the paths; with `normalize`
+    ("sentinel", or probes by name) its cases relative to their drift sentinels."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     runs, left = read_runs(paths)
@@ -253,7 +279,7 @@ def history(paths: str | Path | Iterable[str | Path], machine: str | None = None
     key, chosen = choose(runs, machine, suite)
     kept = {r.run_id for r in chosen}
     others = [f"{r.path}: {'/'.join(_name(r))}, another machine or suite" for r in runs if r.run_id not in kept]
-    return build(chosen, key, left + others)
+    return build(chosen, key, left + others, normalize)
 
 
 def accept(run_dir: str | Path, reason: str) -> Marker:

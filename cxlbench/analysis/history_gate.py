@@ -65,6 +65,7 @@ class HistoryVerdict:
     confirmations: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    normalize: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -127,15 +128,16 @@ def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = 
         return HistoryVerdict(ERROR, pd.DataFrame(), rule, current.run_id, errors=errors)
     ref = reference_ids if reference_ids is not None else \
         reference(h, current.run_id, {c.run_id for c in confirmations}, rule)
-    cur = run_rows(current)
+    cur = run_rows(current, h.normalize, h.reference)
     known = dict(zip(h.rows["point"], h.rows["label"])) if not h.rows.empty else {}
     cur["label"] = [known.get(p, own) for p, own in zip(cur["point"], labels(cur))]
-    conf = [run_rows(c).set_index("point")["median"] for c in confirmations]
+    conf = [run_rows(c, h.normalize, h.reference).set_index("point")["median"] for c in confirmations]
     base = h.rows[h.rows["run_id"].isin(ref)]
     rows = [_point(row, base[base["point"] == row["point"]]["median"].to_numpy(float), conf, rule)
             for _, row in cur.iterrows()]
     table = pd.DataFrame(rows)
-    verdict = HistoryVerdict(PASS, table, rule, current.run_id, ref, [c.run_id for c in confirmations])
+    verdict = HistoryVerdict(PASS, table, rule, current.run_id, ref, [c.run_id for c in confirmations],
+                             normalize=h.normalize)
     if len(ref) < rule.min_history:
         verdict.status = SHORT
         verdict.notes.append(f"inconclusive: {len(ref)} runs of history since "
@@ -148,7 +150,8 @@ def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = 
 def _point(row: pd.Series, hist: np.ndarray, conf: list[pd.Series], rule: Rule) -> dict:
     higher = row["better"] == "higher"
     hist = hist[np.isfinite(hist) & (hist > 0)]
-    out = {"point": row["point"], "label": row["label"], "headline": row["headline"], "benchmark": row["benchmark"],
+    out = {"point": row["point"], "label": row["label"], "headline": row["headline"],
+           "relative_to": row.get("relative_to") if isinstance(row.get("relative_to"), str) else "", "benchmark": row["benchmark"],
            "target": row["target"], "metric": row["metric"], "unit": row["unit"], "better": row["better"],
            "current": row["median"], "n_history": len(hist), "baseline": math.nan, "noise": math.nan,
            "change": math.nan, "p": math.nan, "confirm_changes": [], "confirm_p": []}

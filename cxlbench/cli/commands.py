@@ -190,7 +190,8 @@ def gate(baseline: str, current: str, threshold: str | None = None, thresholds_f
 
 
 def history(paths: list[str], machine: str | None = None, suite: str | None = None, out: str | None = None,
-            accept: str | None = None, reason: str | None = None, min_magnitude: str | None = None) -> int:
+            accept: str | None = None, reason: str | None = None, min_magnitude: str | None = None,
+            normalize: str | None = None) -> int:
     """The trend of a machine's runs: figures over time, change points, environment changes."""
     from cxlbench.analysis import history as hist
     from cxlbench.cli.history_view import history_text
@@ -199,7 +200,7 @@ def history(paths: list[str], machine: str | None = None, suite: str | None = No
         m = hist.accept(_resolve(hist.history(paths or ["results"], machine, suite), accept).path, reason or "")
         print(f"accepted {m.run_id} ({m.suite}): the gate's history starts there — {m.reason}")
         return 0
-    h = hist.history(paths or ["results"], machine, suite)
+    h = hist.history(paths or ["results"], machine, suite, _probes(normalize))
     magnitude = parse_fraction(min_magnitude) if min_magnitude else 0.05
     changes = hist.point_changes(h, min_magnitude=magnitude)
     print(history_text(h, changes))
@@ -221,8 +222,20 @@ def _resolve(h, ref: str):
     raise UserError(f"{ref}: neither a run directory nor a run of {h.machine}/{h.suite}")
 
 
+def _probes(normalize: str | None) -> str | None:
+    """--normalize checked here, so a wrong probe name is one line."""
+    if normalize:
+        from cxlbench.analysis.drift import probes_asked
+        try:
+            probes_asked(normalize)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    return normalize
+
+
 def gate_history(paths: list[str], current: str | None, confirm: list[str] | None, threshold: str | None,
-                 window: int | None, spacing: float | None, json_out: str | None) -> int:
+                 window: int | None, spacing: float | None, json_out: str | None,
+                 normalize: str | None = None) -> int:
     """The current run against the machine's history (see analysis.history_gate)."""
     from cxlbench.analysis import history as hist
     from cxlbench.analysis.history_gate import Rule, judge
@@ -234,7 +247,7 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     h0 = hist.build(runs, ("", "", ""))
     cur = _resolve(h0, current or "latest")
     key, chosen = hist.choose(runs, like=cur)
-    h = hist.build(chosen, key, left)
+    h = hist.build(chosen, key, left, _probes(normalize))
     later = h.runs["run_id"].tolist()[h.runs["run_id"].tolist().index(cur.run_id) + 1:] \
         if cur.run_id in h.paths else []
     refs = later if confirm == ["later"] else (confirm or [])

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from cxlbench.analysis.compare import text_table
+from cxlbench.analysis.drift import LABELS
 from cxlbench.analysis.history import History, PointChange, spread
 from cxlbench.analysis.history_gate import FAIL, HistoryVerdict, SHORT, SUSPECT
 from cxlbench.units import format_number
@@ -25,6 +26,11 @@ def _p(x: float) -> str:
     return f"{x:.3f}" if x >= 0.001 else "<0.001"
 
 
+def _name(label: str, probe) -> str:
+    """A figure's name, with the sentinel it is judged relative to."""
+    return f"{label} ÷ {LABELS.get(probe, probe)}" if isinstance(probe, str) and probe else label
+
+
 def history_text(h: History, changes: list[PointChange]) -> str:
     first, last = h.runs["started"].iloc[0], h.runs["started"].iloc[-1]
     lines = [f"history of {h.machine}/{h.suite}: {len(h.runs)} runs, "
@@ -34,7 +40,8 @@ def history_text(h: History, changes: list[PointChange]) -> str:
         s = s.sort_values("position")
         v = s["median"].to_numpy(float)
         cps = [c for c in changes if c.point == point]
-        rows.append([s["label"].iloc[0], f"{format_number(np.median(v))} {s['unit'].iloc[0]}",
+        probe = s["relative_to"].iloc[0] if "relative_to" in s.columns else ""
+        rows.append([_name(s["label"].iloc[0], probe), f"{format_number(np.median(v))} {s['unit'].iloc[0]}",
                      _pct(spread(v), signed=False), f"{format_number(v[-1])}",
                      "; ".join(f"run {c.change.index + 1}: {_pct(c.change.magnitude)} (p {_p(c.change.pvalue)})"
                                for c in cps) or "none"])
@@ -59,12 +66,16 @@ def verdict_text(v: HistoryVerdict) -> str:
     rows = []
     for _, r in v.rows.iterrows():
         conf = " ".join(_pct(c) for c in r["confirm_changes"]) or "—"
-        rows.append([r["label"], f"{format_number(r['baseline'])} {r['unit']}", _pct(r["noise"], False),
+        rows.append([_name(r["label"], r.get("relative_to")), f"{format_number(r['baseline'])} {r['unit']}",
+                     _pct(r["noise"], False),
                      _pct(r.get("detectable", math.nan), False).replace("±", "≥"),
                      format_number(r["current"]), _pct(r["change"]), _p(r["p"]), _p(r.get("q", math.nan)),
                      conf, r.get("verdict", "—")])
     lines += text_table(["figure", "history", "run-to-run", "detectable", "current", "change", "p", "q (BH)",
                          "confirmations", "verdict"], rows, {1, 2, 3, 4, 5, 6, 7})
+    if v.normalize:
+        lines.append(f"cases judged relative to their drift sentinels ({v.normalize}), each scaled to the "
+                     f"sentinel's median over the history; the sentinels themselves raw")
     lines += v.notes
     lines.append(v.rule.text(len(v.rows)))
     return "\n".join(lines)
@@ -81,5 +92,6 @@ def verdict_json(v: HistoryVerdict) -> str:
         return x
     rows = [{k: clean(val) for k, val in r.items()} for r in v.rows.to_dict("records")]
     return json.dumps({"status": v.status, "exit_code": v.exit_code, "current": v.current,
+                       "normalize": v.normalize,
                        "reference": v.reference, "confirmations": v.confirmations, "errors": v.errors,
                        "notes": v.notes, "rule": v.rule.text(len(v.rows)), "points": rows}, indent=1)

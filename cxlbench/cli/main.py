@@ -138,8 +138,9 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--min-change", help="the smallest step called a change point (default 5%%)")
     h.add_argument("--accept", metavar="RUN", help="mark RUN (a run id or latest) as the first of a new normal")
     h.add_argument("--reason", help="why the change is accepted (with --accept)")
+    normalize(h)
     h.set_defaults(func=lambda a: commands.history(a.results, a.machine, a.suite, a.out, a.accept, a.reason,
-                                                   a.min_change))
+                                                   a.min_change, a.normalize))
 
     cal = sub.add_parser("calibrate", help="an A/A pair of runs: noise floor per case, gate false-positive rate")
     cal.add_argument("run_a")
@@ -162,7 +163,8 @@ def parser() -> argparse.ArgumentParser:
 
 def _gate(a: argparse.Namespace) -> int:
     if a.history:
-        return commands.gate_history(a.history, a.current, a.confirm, a.threshold, a.window, a.spacing, a.json)
+        return commands.gate_history(a.history, a.current, a.confirm, a.threshold, a.window, a.spacing, a.json,
+                                     a.normalize)
     if a.current is None:
         raise commands.UserError("gate --baseline needs --current")
     if a.confirm:
