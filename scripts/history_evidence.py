@@ -9,7 +9,12 @@ history of one machine (runs of one suite, spaced in time):
   confirmations — how often it fails;
 - change points: the series with its last 3 runs doctored — where the steps are found.
 
-    python scripts/history_evidence.py RESULTS [--suite ci] [--factor 1.10]
+Doctored two ways: `all` scales every sample, the drift sentinels' too (the whole
+machine got slower); `cases` scales the cases only (a measured path got slower,
+the machine's drift as it was). With --normalize the history is judged relative
+to the sentinels (scripts/sentinel_evidence.py says where that is quieter).
+
+    python scripts/history_evidence.py RESULTS [--suite ci] [--factor 1.10] [--normalize dram_chase,triad]
 """
 from __future__ import annotations
 
@@ -18,15 +23,19 @@ import dataclasses
 
 import pandas as pd
 
-from cxlbench.analysis import history as hist
+from cxlbench.analysis import drift, history as hist
 from cxlbench.analysis.history_gate import FAIL, SUSPECT, Rule, judge
 from cxlbench.results.store import Run, load_run
 
 
-def doctored(run: Run, factor: float) -> Run:
-    """The run with every sample `factor` worse: latency times it, bandwidth divided."""
+def doctored(run: Run, factor: float, what: str = "all") -> Run:
+    """The run `factor` worse — latency times it, bandwidth divided — in every sample
+    (`all`) or in its cases only, the sentinels as measured (`cases`)."""
     s = run.samples.copy()
-    s["value"] = s["value"] * s["better"].map({"lower": factor, "higher": 1 / factor})
+    worse = s["better"].map({"lower": factor, "higher": 1 / factor})
+    if what == "cases":
+        worse = worse.where(~drift.is_sentinel(s, run.meta), 1.0)
+    s["value"] = s["value"] * worse
     return dataclasses.replace(run, samples=s)
 
 
@@ -54,16 +63,16 @@ def leave_one_out(h: hist.History, runs: dict[str, Run], rule: Rule) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def detection(h: hist.History, runs: dict[str, Run], rule: Rule, factor: float) -> pd.DataFrame:
+def detection(h: hist.History, runs: dict[str, Run], rule: Rule, factor: float, what: str) -> pd.DataFrame:
     rows = []
     ids = h.runs["run_id"].tolist()
     for i, rid in enumerate(ids):
         conf = confirmations(h, i, rule)
         if i < rule.min_history or len(conf) < rule.confirmations:
             continue
-        cur = doctored(runs[rid], factor)
+        cur = doctored(runs[rid], factor, what)
         first = judge(h, cur, [], rule, reference_ids=ids[max(0, i - rule.window):i])
-        final = judge(h, cur, [doctored(runs[c], factor) for c in conf], rule,
+        final = judge(h, cur, [doctored(runs[c], factor, what) for c in conf], rule,
                       reference_ids=ids[max(0, i - rule.window):i])
         slower = final.rows[final.rows["verdict"] == "slower"]["label"].tolist()
         rows.append({"run": i + 1, "suspect": first.status == SUSPECT, "fails": final.status == FAIL,
@@ -71,10 +80,10 @@ def detection(h: hist.History, runs: dict[str, Run], rule: Rule, factor: float) 
     return pd.DataFrame(rows)
 
 
-def steps(h: hist.History, runs: dict[str, Run], factor: float) -> list[hist.PointChange]:
+def steps(h: hist.History, runs: dict[str, Run], factor: float, what: str) -> list[hist.PointChange]:
     ids = h.runs["run_id"].tolist()
-    changed = [doctored(runs[r], factor) if i >= len(ids) - 3 else runs[r] for i, r in enumerate(ids)]
-    return hist.point_changes(hist.build(changed, (h.machine, h.suite, h.identity)))
+    changed = [doctored(runs[r], factor, what) if i >= len(ids) - 3 else runs[r] for i, r in enumerate(ids)]
+    return hist.point_changes(hist.build(changed, (h.machine, h.suite, h.identity), normalize=h.normalize))
 
 
 def main() -> None:
@@ -82,29 +91,32 @@ def main() -> None:
     ap.add_argument("results", nargs="+")
     ap.add_argument("--suite")
     ap.add_argument("--factor", type=float, default=1.10)
+    ap.add_argument("--normalize", help="judge relative to these sentinels (dram_chase,triad)")
     a = ap.parse_args()
-    h = hist.history(a.results, suite=a.suite)
+    h = hist.history(a.results, suite=a.suite, normalize=a.normalize)
     runs = {rid: load_run(p) for rid, p in h.paths.items()}
     rule = Rule()
     span = (h.runs["started"].iloc[-1] - h.runs["started"].iloc[0]).total_seconds() / 60
     print(f"{h.machine}/{h.suite}: {len(h.runs)} runs over {span:.0f} min; {rule.text(h.rows['point'].nunique())}")
-    noise = h.rows.groupby("label")["median"].apply(hist.spread).sort_values()
+    names = [hist.display_label(lab, p) for lab, p in zip(h.rows["label"], h.rows.get("relative_to", [""] * len(h.rows)))]
+    noise = h.rows.assign(name=names).groupby("name")["median"].apply(hist.spread).sort_values()
     print("run-to-run noise (sd of log median): " + ", ".join(f"{k} {v * 100:.1f}%" for k, v in noise.items()))
     loo = leave_one_out(h, runs, rule)
     print(f"leave-one-out: {int(loo.suspect.sum())}/{len(loo)} suspect, "
           f"{int(loo.false_alarm.sum())}/{len(loo)} false alarms (fail after confirmation), "
           f"{int(loo.unconfirmable.sum())} suspect without later runs to confirm")
-    det = detection(h, runs, rule, a.factor)
-    if len(det):
-        print(f"doctored x{a.factor:g}: {int(det.suspect.sum())}/{len(det)} suspect, "
-              f"{int(det.fails.sum())}/{len(det)} fail after confirmation")
-        print(det.to_string(index=False))
-    found = steps(h, runs, a.factor)
     n = len(h.runs)
-    print(f"last 3 runs doctored: change points {len(found)}; at run {n - 2} "
-          f"{sum(c.change.index == n - 3 for c in found)}/{h.rows['point'].nunique()} figures")
-    for c in found:
-        print(f"  {c.label}: run {c.change.index + 1}, {c.change.magnitude * 100:+.1f}%, p {c.change.pvalue:.3f}")
+    for what in ("all", "cases"):
+        det = detection(h, runs, rule, a.factor, what)
+        if len(det):
+            print(f"doctored x{a.factor:g} ({what}): {int(det.suspect.sum())}/{len(det)} suspect, "
+                  f"{int(det.fails.sum())}/{len(det)} fail after confirmation")
+            print(det.to_string(index=False))
+        found = steps(h, runs, a.factor, what)
+        print(f"last 3 runs doctored ({what}): {len(found)} change points; "
+              f"{sum(c.change.index == n - 3 for c in found)} of {h.rows['point'].nunique()} figures at run {n - 2}")
+        for c in found:
+            print(f"  {c.label}: run {c.change.index + 1}, {c.change.magnitude * 100:+.1f}%, p {c.change.pvalue:.3f}")
 
 
 if __name__ == "__main__":

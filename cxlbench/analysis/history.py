@@ -319,6 +319,11 @@ def point_changes(h: History, min_magnitude: float = 0.05, max_pvalue: float = 0
     return out
 
 
+def display_label(label: str, probe: Any) -> str:
+    """A figure's name, with the sentinel it is judged relative to."""
+    return f"{label} ÷ {drift.LABELS.get(probe, probe)}" if isinstance(probe, str) and probe else label
+
+
 def spread(values) -> float:
     """Between-run noise: the standard deviation of log values (≈ relative sd)."""
     x = np.log(np.asarray(values, dtype=float))

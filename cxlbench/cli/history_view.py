@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from cxlbench.analysis.compare import text_table
-from cxlbench.analysis.drift import LABELS
-from cxlbench.analysis.history import History, PointChange, spread
+from cxlbench.analysis.history import History, PointChange, display_label as _name, spread
 from cxlbench.analysis.history_gate import FAIL, HistoryVerdict, SHORT, SUSPECT
 from cxlbench.units import format_number
 
@@ -24,11 +23,6 @@ def _p(x: float) -> str:
     if x is None or not math.isfinite(x):
         return "—"
     return f"{x:.3f}" if x >= 0.001 else "<0.001"
-
-
-def _name(label: str, probe) -> str:
-    """A figure's name, with the sentinel it is judged relative to."""
-    return f"{label} ÷ {LABELS.get(probe, probe)}" if isinstance(probe, str) and probe else label
 
 
 def history_text(h: History, changes: list[PointChange]) -> str:

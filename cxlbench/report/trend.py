@@ -16,10 +16,14 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.version import __version__
-from cxlbench.analysis.history import History, PointChange, spread
+from cxlbench.analysis.history import History, PointChange, display_label, spread
 from cxlbench.report import _css, build, environment
 from cxlbench.report.plots import Chart, Series
 from cxlbench.results.store import atomic_write
+
+
+def _label(s: pd.DataFrame) -> str:
+    return display_label(s["label"].iloc[0], s["relative_to"].iloc[0] if "relative_to" in s.columns else "")
 
 
 def _chart(s: pd.DataFrame, cps: list[PointChange], marks: list[tuple[float, str]], color: str) -> Chart:
@@ -28,14 +32,14 @@ def _chart(s: pd.DataFrame, cps: list[PointChange], marks: list[tuple[float, str
     steps = [(c.change.index + 0.5, f"{c.change.magnitude * 100:+.1f}%") for c in cps]
     unit = s["unit"].iloc[0]
     better = "lower" if s["better"].iloc[0] == "lower" else "higher"
-    return Chart(s["label"].iloc[0], "run (oldest first)", f"{unit} ({better} is better)", [series],
+    return Chart(_label(s), "run (oldest first)", f"{unit} ({better} is better)", [series],
                  marks=steps + marks)
 
 
 def _row(s: pd.DataFrame, cps: list[PointChange]) -> list[str]:
     v = s["median"].to_numpy(float)
     sd = spread(v)
-    return [s["label"].iloc[0], f"{build.num(float(np.median(v)))} {s['unit'].iloc[0]}",
+    return [_label(s), f"{build.num(float(np.median(v)))} {s['unit'].iloc[0]}",
             f"±{sd * 100:.1f}%" if math.isfinite(sd) else "—", build.num(float(v[-1])),
             "; ".join(f"run {c.change.index + 1}: {c.change.magnitude * 100:+.1f}% (p {c.change.pvalue:.3f})"
                       for c in cps) or "none"]
@@ -51,7 +55,7 @@ def trend_context(h: History, changes: list[PointChange]) -> dict[str, Any]:
         s = s.sort_values("position")
         cps = [c for c in changes if c.point == point]
         table.append(_row(s, cps))
-        if s["headline"].iloc[0] or cps:
+        if s["headline"].iloc[0] or cps or s["benchmark"].iloc[0] == "sentinel":
             chart = _chart(s, cps, env_marks, maker.color(s["target"].iloc[0] + "|"))
             charts.append({"svg": maker.svg(chart), "wide": False})
     runs = [{"n": int(r.position) + 1, "run_id": r.run_id, "started": f"{r.started:%Y-%m-%d %H:%M}",
@@ -61,7 +65,10 @@ def trend_context(h: History, changes: list[PointChange]) -> dict[str, Any]:
     csv = h.rows.drop(columns=["case_id"]).merge(h.runs[["run_id", "started"]], on="run_id")
     return {"title": f"{h.machine} · {h.suite}: {len(h.runs)} runs", "version": __version__,
             "css": _css(), "span": f"{first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC",
-            "identity": h.identity, "trend_charts": charts, "changes": [
+            "identity": h.identity, "trend_charts": charts,
+            "relative": (f"Cases are judged relative to their drift sentinels ({h.normalize}): each divided "
+                         f"by its sentinel at its time and scaled to the sentinel's median over the history. "
+                         f"The sentinels are drawn raw: they are the machine's own drift.") if h.normalize else "", "changes": [
                 {"run": c.position + 1, "run_id": c.run_id, "text": str(c)} for c in h.changes],
             "markers": h.markers, "steps": sum(1 for _ in changes),
             "table": {"title": "Every figure over the history", "numeric": {1, 2, 3},
