@@ -197,7 +197,9 @@ def history(paths: list[str], machine: str | None = None, suite: str | None = No
     from cxlbench.cli.history_view import history_text
     from cxlbench.units import parse_fraction
     if accept:
-        m = hist.accept(_resolve(hist.history(paths or ["results"], machine, suite), accept).path, reason or "")
+        runs, _ = hist.read_runs(paths or ["results"])
+        _, mine = hist.choose(runs, machine, suite)
+        m = hist.accept(_resolve(mine, accept, ", ".join(paths or ["results"])).path, reason or "")
         print(f"accepted {m.run_id} ({m.suite}): the gate's history starts there — {m.reason}")
         return 0
     h = hist.history(paths or ["results"], machine, suite, _probes(normalize))
@@ -210,16 +212,18 @@ def history(paths: list[str], machine: str | None = None, suite: str | None = No
     return 0
 
 
-def _resolve(h, ref: str):
-    """A run named by its directory, its run id, or `latest` (the history's newest)."""
+def _resolve(runs: list, ref: str, where: str):
+    """A run named by its directory, its run id, or `latest` (the newest of `runs`,
+    which are in time order)."""
     from cxlbench.results.store import load_run
-    if ref == "latest":
-        ref = h.runs["run_id"].iloc[-1]
-    if ref in h.paths:
-        return load_run(h.paths[ref])
+    by_id = {r.run_id: r for r in runs}
+    if ref == "latest" and runs:
+        return runs[-1]
+    if ref in by_id:
+        return by_id[ref]
     if Path(ref).exists():
         return load_run(ref)
-    raise UserError(f"{ref}: neither a run directory nor a run of {h.machine}/{h.suite}")
+    raise UserError(f"{ref}: neither a run directory nor a run of {where}")
 
 
 def _probes(normalize: str | None) -> str | None:
@@ -244,8 +248,7 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     runs, left = hist.read_runs(paths)
     if not runs:
         raise UserError("no complete runs under " + ", ".join(paths))
-    h0 = hist.build(runs, ("", "", ""))
-    cur = _resolve(h0, current or "latest")
+    cur = _resolve(runs, current or "latest", ", ".join(paths))
     key, chosen = hist.choose(runs, like=cur)
     h = hist.build(chosen, key, left, _probes(normalize))
     later = h.runs["run_id"].tolist()[h.runs["run_id"].tolist().index(cur.run_id) + 1:] \
@@ -253,7 +256,7 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     refs = later if confirm == ["later"] else (confirm or [])
     rule = Rule(**{k: v for k, v in (("threshold", parse_fraction(threshold) if threshold else None),
                                      ("window", window), ("spacing_s", spacing)) if v is not None})
-    verdict = judge(h, cur, [_resolve(h, r) for r in refs], rule)
+    verdict = judge(h, cur, [_resolve(chosen, r, f"{h.machine}/{h.suite}") for r in refs], rule)
     print(verdict_text(verdict))
     if json_out:
         Path(json_out).write_text(verdict_json(verdict))
