@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
+from pathlib import Path
 
 import pandas as pd
 
@@ -86,12 +88,42 @@ def steps(h: hist.History, runs: dict[str, Run], factor: float, what: str) -> li
     return hist.point_changes(hist.build(changed, (h.machine, h.suite, h.identity), normalize=h.normalize))
 
 
+def write_doctored(run: Run, factor: float, into: Path) -> Path:
+    """A doctored copy of a run on disk (same run id), for the gate's command line."""
+    copy = into / run.path.name
+    shutil.copytree(run.path, copy)
+    doctored(run, factor).samples.to_parquet(copy / "samples.parquet", index=False)
+    return copy
+
+
+def demo(h: hist.History, runs: dict[str, Run], rule: Rule, factor: float, into: Path) -> None:
+    """The newest run that has two spaced later runs, doctored with them, as files:
+    the command lines that show it fail, and its real self pass."""
+    ids = h.runs["run_id"].tolist()
+    for i in range(len(ids) - 1, rule.min_history - 1, -1):
+        conf = confirmations(h, i, rule)
+        if len(conf) == rule.confirmations:
+            break
+    else:
+        print("demo: no run with two later runs spaced as the rule asks")
+        return
+    cur = write_doctored(runs[ids[i]], factor, into / "current")
+    later = [write_doctored(runs[c], factor, into / f"confirm{k}") for k, c in enumerate(conf)]
+    history = " ".join(str(p) for p in sorted({runs[r].path.parents[1] for r in ids}))
+    print(f"real run {i + 1}:      cxlbench gate --history {history} --current {runs[ids[i]].path} --confirm "
+          + " ".join(str(runs[c].path) for c in conf))
+    print(f"doctored run {i + 1}:  cxlbench gate --history {history} --current {cur} --confirm "
+          + " ".join(map(str, later)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+")
     ap.add_argument("--suite")
     ap.add_argument("--factor", type=float, default=1.10)
     ap.add_argument("--normalize", help="judge relative to these sentinels (dram_chase,triad)")
+    ap.add_argument("--demo", type=Path, help="write a doctored run and its confirmations here, and print "
+                                              "the gate command lines to try them")
     a = ap.parse_args()
     h = hist.history(a.results, suite=a.suite, normalize=a.normalize)
     runs = {rid: load_run(p) for rid, p in h.paths.items()}
@@ -117,6 +149,8 @@ def main() -> None:
               f"{sum(c.change.index == n - 3 for c in found)} of {h.rows['point'].nunique()} figures at run {n - 2}")
         for c in found:
             print(f"  {c.label}: run {c.change.index + 1}, {c.change.magnitude * 100:+.1f}%, p {c.change.pvalue:.3f}")
+    if a.demo:
+        demo(h, runs, rule, a.factor, a.demo)
 
 
 if __name__ == "__main__":
