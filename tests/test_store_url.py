@@ -85,3 +85,14 @@ def test_a_local_store_keeps_its_layout_and_adds_the_configuration_level_only_wh
     assert flat.path.parent == tmp_path / "node-a"
     assert named.path.parent == tmp_path / "cxl-b" / "node-b"
     assert find_runs(tmp_path) == sorted([flat.path, named.path])
+
+
+def test_a_machines_history_reads_its_runs_from_the_store(s3_store, tmp_path):
+    from cxlbench.analysis import history
+    write(s3_store, staging=tmp_path / "a")
+    write(s3_store, staging=tmp_path / "b")
+    h = history.history(s3_store)
+    assert len(h.runs) == 2 and h.machine == "node-a"
+    assert set(h.rows["position"]) == {0, 1}
+    marker = history.accept(h.paths[h.runs["run_id"].iloc[-1]], "new expander firmware")
+    assert [m.run_id for m in history.history(s3_store).markers] == [marker.run_id]

@@ -31,6 +31,7 @@ from cxlbench.analysis.changepoints import ChangePoint, change_points
 from cxlbench.analysis.compare import params_text, parse_case_params
 from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.reduction import points, precision, repetitions
+from cxlbench.results import location
 from cxlbench.results.store import COMPLETE, ResultsError, Run, find_runs, load_run, now_iso
 
 MARKERS = "accepted.jsonl"
@@ -170,13 +171,26 @@ def choose(runs: list[Run], machine: str | None = None, suite: str | None = None
     return keys[0], found[keys[0]]
 
 
-def read_markers(dirs: Iterable[Path]) -> list[Marker]:
+def _machine_folder(run_path: str | Path) -> str:
+    """The folder that holds a run: a directory, or a prefix in a store at a URL."""
+    return str(run_path).rstrip("/").rsplit("/", 1)[0]
+
+
+def _read_text(path: str) -> str | None:
+    if location.is_url(path):
+        data = location.read_bytes(path)
+        return None if data is None else data.decode()
+    return Path(path).read_text() if Path(path).exists() else None
+
+
+def read_markers(dirs: Iterable[str]) -> list[Marker]:
     out: list[Marker] = []
     for d in sorted(set(dirs)):
-        path = d / MARKERS
-        if not path.exists():
+        path = f"{d}/{MARKERS}"
+        text = _read_text(path)
+        if text is None:
             continue
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -261,7 +275,7 @@ def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = (),
     if not rows.empty:
         rows["label"] = labels(rows)
     paths = {r.run_id: r.path for r in runs}
-    markers = [m for m in read_markers(p.parent for p in paths.values())
+    markers = [m for m in read_markers(_machine_folder(p) for p in paths.values())
                if m.run_id in paths and m.suite in ("", key[1])]
     return History(key[0], key[1], key[2], table, rows, markers, environment_changes(table),
                    list(left_out), paths, normalize, reference)
@@ -289,8 +303,13 @@ def accept(run_dir: str | Path, reason: str) -> Marker:
         raise HistoryError("accepting a change needs a reason (--reason)")
     marker = Marker(run.run_id, suite_name(run.meta), now_iso(), reason.strip(),
                     f"{getpass.getuser()}@{socket.gethostname()}")
-    with open(Path(run.path).parent / MARKERS, "a") as fh:
-        fh.write(json.dumps(marker.__dict__) + "\n")
+    path = f"{_machine_folder(run.path)}/{MARKERS}"
+    line = json.dumps(marker.__dict__) + "\n"
+    if location.is_url(path):            # objects have no append: read, add, write back
+        location.write_bytes(path, ((_read_text(path) or "") + line).encode())
+    else:
+        with open(path, "a") as fh:
+            fh.write(line)
     return marker
 
 
