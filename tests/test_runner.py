@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.signals import default_dispositions
+
 from cxlbench.results.store import find_runs, load_run
 from cxlbench.runner.run import RunConfig, run
 
@@ -65,7 +67,8 @@ def _cli(*args, cwd, **kw):
     path = os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
     return subprocess.Popen([sys.executable, "-m", "cxlbench.cli.main", *args], env=env, cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_dispositions, **kw)
 
 
 def _wait_for_cases(out, n, timeout=30):

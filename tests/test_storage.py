@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.signals import default_dispositions
+
 from cxlbench import _native
 from cxlbench.benchmarks import family, storage
 from cxlbench.benchmarks.base import Env, Skip
@@ -251,7 +253,8 @@ HOLDER = textwrap.dedent("""
 
 def holder(d, keep=True, ignore_int=False):
     src = HOLDER.format(repo=str(REPO), dir=str(d), keep=keep, ignore_int=ignore_int)
-    p = subprocess.Popen([sys.executable, "-c", src], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", src], stdout=subprocess.PIPE, text=True,
+                         preexec_fn=default_dispositions)
     assert p.stdout.readline().strip() == "ready"
     return p
 
