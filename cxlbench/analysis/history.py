@@ -343,6 +343,31 @@ def display_label(label: str, probe: Any) -> str:
     return f"{label} ÷ {drift.LABELS.get(probe, probe)}" if isinstance(probe, str) and probe else label
 
 
+@dataclass(frozen=True)
+class Trend:
+    """One figure over the history, as the terminal and the trend report list it."""
+    point: str
+    name: str                  # its label, with the sentinel it is relative to
+    unit: str
+    median: float
+    noise: float               # run to run: sd of log values
+    latest: float
+    steps: str                 # its change points, or "none"
+
+
+def trends(h: History, changes: list[PointChange]) -> list[Trend]:
+    out = []
+    for point, s in h.rows.groupby("point", sort=False):
+        s = s.sort_values("position")
+        v = s["median"].to_numpy(float)
+        probe = s["relative_to"].iloc[0] if "relative_to" in s.columns else ""
+        steps = "; ".join(f"run {c.change.index + 1}: {c.change.magnitude * 100:+.1f}% "
+                          f"(p {c.change.pvalue:.3f})" for c in changes if c.point == point)
+        out.append(Trend(point, display_label(s["label"].iloc[0], probe), str(s["unit"].iloc[0]),
+                         float(np.median(v)), spread(v), float(v[-1]), steps or "none"))
+    return out
+
+
 def spread(values) -> float:
     """Between-run noise: the standard deviation of log values (≈ relative sd)."""
     x = np.log(np.asarray(values, dtype=float))

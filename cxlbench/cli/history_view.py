@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from cxlbench.analysis.compare import text_table
-from cxlbench.analysis.history import History, PointChange, display_label as _name, spread
+from cxlbench.analysis.history import History, PointChange, display_label as _name, trends
 from cxlbench.analysis.history_gate import FAIL, HistoryVerdict, SHORT, SUSPECT
 from cxlbench.units import format_number
 
@@ -29,16 +29,8 @@ def history_text(h: History, changes: list[PointChange]) -> str:
     first, last = h.runs["started"].iloc[0], h.runs["started"].iloc[-1]
     lines = [f"history of {h.machine}/{h.suite}: {len(h.runs)} runs, "
              f"{first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC (identity {h.identity})"]
-    rows = []
-    for point, s in h.rows.groupby("point", sort=False):
-        s = s.sort_values("position")
-        v = s["median"].to_numpy(float)
-        cps = [c for c in changes if c.point == point]
-        probe = s["relative_to"].iloc[0] if "relative_to" in s.columns else ""
-        rows.append([_name(s["label"].iloc[0], probe), f"{format_number(np.median(v))} {s['unit'].iloc[0]}",
-                     _pct(spread(v), signed=False), f"{format_number(v[-1])}",
-                     "; ".join(f"run {c.change.index + 1}: {_pct(c.change.magnitude)} (p {_p(c.change.pvalue)})"
-                               for c in cps) or "none"])
+    rows = [[t.name, f"{format_number(t.median)} {t.unit}", _pct(t.noise, signed=False),
+             format_number(t.latest), t.steps] for t in trends(h, changes)]
     lines += text_table(["figure", "median", "run-to-run", "latest", "change points"], rows, {1, 2, 3})
     for c in h.changes:
         lines.append(f"environment: run {c.position + 1} ({c.run_id}): {c}")

@@ -12,11 +12,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from cxlbench.version import __version__
-from cxlbench.analysis.history import History, PointChange, display_label, spread
+from cxlbench.analysis.history import History, PointChange, display_label, trends
 from cxlbench.report import _css, build, environment
 from cxlbench.report.plots import Chart, Series
 from cxlbench.results.store import atomic_write
@@ -36,25 +35,17 @@ def _chart(s: pd.DataFrame, cps: list[PointChange], marks: list[tuple[float, str
                  marks=steps + marks)
 
 
-def _row(s: pd.DataFrame, cps: list[PointChange]) -> list[str]:
-    v = s["median"].to_numpy(float)
-    sd = spread(v)
-    return [_label(s), f"{build.num(float(np.median(v)))} {s['unit'].iloc[0]}",
-            f"±{sd * 100:.1f}%" if math.isfinite(sd) else "—", build.num(float(v[-1])),
-            "; ".join(f"run {c.change.index + 1}: {c.change.magnitude * 100:+.1f}% (p {c.change.pvalue:.3f})"
-                      for c in cps) or "none"]
-
-
 def trend_context(h: History, changes: list[PointChange]) -> dict[str, Any]:
     maker = build.ChartMaker("t", sorted(set(h.rows["target"])))
     env_marks = [(c.position + 0.5, c.field) for c in h.changes]
     pos = dict(zip(h.runs["run_id"], h.runs["position"]))
     env_marks += [(pos[m.run_id] + 0.5, "accepted") for m in h.markers]
-    charts, table = [], []
+    charts = []
+    table = [[t.name, f"{build.num(t.median)} {t.unit}", f"±{t.noise * 100:.1f}%" if math.isfinite(t.noise)
+              else "—", build.num(t.latest), t.steps] for t in trends(h, changes)]
     for point, s in h.rows.groupby("point", sort=False):
         s = s.sort_values("position")
         cps = [c for c in changes if c.point == point]
-        table.append(_row(s, cps))
         if s["headline"].iloc[0] or cps or s["benchmark"].iloc[0] == "sentinel":
             chart = _chart(s, cps, env_marks, maker.color(s["target"].iloc[0] + "|"))
             charts.append({"svg": maker.svg(chart), "wide": False})
