@@ -40,13 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from cxlbench.benchmarks import training
+    from cxlbench.benchmarks import spec as family_spec
     from cxlbench.benchmarks.base import Skip
     from cxlbench.runner.run import build_env
 
     env = build_env("/", [f"nvme={args.nvme}"] if args.nvme else [], {})
-    spec = {"name": "training", "config": args.configs.split(","), "steps": args.steps,
-            "warmup_steps": args.warmup, "engine": args.engines.split(","),
-            "optimizer_on": args.optimizer_on.split(","), "compute": args.compute}
+    spec = family_spec.of(training, config=args.configs.split(","), steps=args.steps,
+                          warmup_steps=args.warmup, engine=args.engines.split(","),
+                          optimizer_on=args.optimizer_on.split(","), compute=args.compute)
     print("| config | engine | initiator | optimizer on | params on | tokens/s median [IQR] | MFU "
           "| fwd / bwd / transfer / opt / nvme wait (ms) | model step (ms) | loss first→last | flag |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
