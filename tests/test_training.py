@@ -342,6 +342,31 @@ def test_planning_with_a_gpu_runs_gpu_cases_and_explains_what_cannot_fit(tmp_pat
     assert "no CXL tier" in only.skip
 
 
+def test_find_max_on_a_gpu_stops_before_70b_whose_bf16_params_and_grads_outgrow_the_gpu(tmp_path, monkeypatch):
+    """Every config is searched, 70b included; with room to spare on the host, the
+    GPU's memory is what stops it, at planning and before measuring builds a model."""
+    from cxlbench.benchmarks import training
+    env = _env(tmp_path, gpu=True)
+    env.tiers["ddr0"].free_bytes = 1 << 50          # the host would hold anything
+    env.machine.nodes[0].mem_free_bytes = 1 << 50
+    monkeypatch.setattr(training, "_node_free_now", lambda node: 1 << 50)
+    spec = {"name": "training", "mode": "find_max", "engine": ["offload"], "optimizer_on": ["ddr"],
+            "case_timeout_s": 1e6}
+    (planned,) = plan(training, spec, env)
+    assert planned.case.params["config"].endswith(",8b,70b")      # every config, smallest first
+    why = training._fits(planned.case, env, model_config("70b"), fresh=False)
+    assert why and "hbm0 (bf16 params and grads)" in why and "140.0 GiB free" in why
+    assert training._fits(planned.case, env, model_config("8b")) is None
+    tried = []
+    monkeypatch.setattr(training, "_run", lambda case, env, info, config: tried.append(config) or
+                        type("R", (), {"tokens_per_step": 1, "n_params": model_config(config).num_params(),
+                                       "median": lambda self, k: 1.0})())
+    info: dict = {}
+    (sample,) = training.measure(planned.case, env, info)
+    assert "70b" not in tried and info["find_max"]["70b"].startswith("does not fit (estimated)")
+    assert sample.params["max_config"] == "8b"
+
+
 def test_measure_yields_registered_metrics_and_a_step_model_verdict(tmp_path):
     from cxlbench.benchmarks import training
     env = _env(tmp_path, gpu=False)

@@ -337,7 +337,24 @@ def _fits(case: Case, env: Env, cfg, fresh: bool = False) -> str | None:
                 free = _node_free_now(tier.node) or free
         if free and need > 0.8 * free:
             return f"needs ~{need / 2**30:.1f} GiB on {name}, which has {free / 2**30:.1f} GiB free"
-    return None
+    return _fits_device(case, env, cfg)
+
+
+def _fits_device(case: Case, env: Env, cfg) -> str | None:
+    """The offload engine keeps the bf16 params and grads on the GPU (4 bytes per
+    parameter): why they would not fit its memory (80% of it free), or None. find_max
+    stops here before building a model no GPU holds (70b: ~263 GiB)."""
+    p = case.params
+    if p["compute"] != "gpu" or p["engine"] != "offload":
+        return None
+    gpu = env.initiators.get(case.initiator)
+    hbm = next((t for t in env.tiers.values() if t.kind == "hbm"
+                and (gpu is None or gpu.gpu is None or t.gpu == gpu.gpu)), None)
+    need = 4 * cfg.num_params()
+    if hbm is None or not hbm.free_bytes or need <= 0.8 * hbm.free_bytes:
+        return None
+    return (f"needs ~{need / 2**30:.1f} GiB on {hbm.name} (bf16 params and grads), which has "
+            f"{hbm.free_bytes / 2**30:.1f} GiB free")
 
 
 def _node_free_now(node: int) -> int | None:

@@ -1,7 +1,10 @@
 """Model and training configurations as dataclasses (torchtitan's style).
 
-Shapes follow Llama 3: `1b` is Llama 3.2 1B, `3b` Llama 3.2 3B and `8b` Llama
-3.1 8B (embeddings untied, as torchtitan trains them). `tiny` trains on a
+Shapes follow Llama 3: `1b` is Llama 3.2 1B, `3b` Llama 3.2 3B, `8b` Llama
+3.1 8B and `70b` Llama 3.1 70B (embeddings untied, as torchtitan trains them).
+`70b` is there for the step-time model and the placement advisor (`cxlbench
+advise`): no single GPU or 2-core VM trains it, and find_max never reaches it
+on one (it stops at the first config that does not fit or would outrun its case). `tiny` trains on a
 2-core CPU in seconds; `small` is a few million parameters, enough for the CPU
 optimizer and the NVMe path to move real bytes.
 """
@@ -78,6 +81,8 @@ MODELS: dict[str, ModelConfig] = {m.name: m for m in [
                 ffn_hidden=8192, rope_theta=500000.0),
     ModelConfig("8b", dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256,
                 ffn_hidden=14336, rope_theta=500000.0),
+    ModelConfig("70b", dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, vocab_size=128256,
+                ffn_hidden=28672, rope_theta=500000.0),
 ]}
 
 # The batch shape each model runs at unless a suite says otherwise.
@@ -87,6 +92,7 @@ TRAIN_DEFAULTS: dict[str, TrainConfig] = {
     "1b": TrainConfig(batch=4, seq_len=2048, lr=3e-4),
     "3b": TrainConfig(batch=2, seq_len=2048, lr=3e-4),
     "8b": TrainConfig(batch=1, seq_len=2048, lr=3e-4),
+    "70b": TrainConfig(batch=1, seq_len=2048, lr=1.5e-4),
 }
 
 
