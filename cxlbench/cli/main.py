@@ -154,6 +154,9 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--out", required=True)
     e.set_defaults(func=lambda a: commands.export(a.run, a.out, a.format))
 
+    from cxlbench.cli import advise as advise_cli
+    advise_cli.add_parser(sub)
+
     from cxlbench.cli import fleet_cli
     fleet_cli.add_parser(sub)
     for command in (r, rp, c, g, h):       # these read or write a store, which may be a URL
