@@ -69,7 +69,8 @@ def run_context(run: Run) -> dict[str, Any]:
             families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,
                              "description": show["description"],
                              "charts": build.family_charts(fam, show, marks, maker, allowed=allowed),
-                             "tables": build.points_tables(fam, allowed)})
+                             "tables": build.points_tables(fam, allowed),
+                             "advice": _advice(run, maker) if bench == "training" else None})
     status = str(meta.get("status", "unknown"))
     label = meta.get("label")
     host = meta.get("hostname") or meta.get("machine_name") or "unknown host"
@@ -88,6 +89,12 @@ def run_context(run: Run) -> dict[str, Any]:
         "provenance": build.provenance(meta, len(run.samples)),
         "data": build.data_link(run.samples, reps, pts, safe_name(str(meta.get("run_id")))),
     }
+
+
+def _advice(run: Run, maker: build.ChartMaker) -> dict[str, Any] | None:
+    """The placement advice a training run's own figures support (report.placements)."""
+    from cxlbench.report.placements import run_advice
+    return run_advice(run, maker)
 
 
 def render_run_html(run: Run | str | Path) -> str:

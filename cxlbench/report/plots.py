@@ -72,6 +72,7 @@ class Chart:
     marks: list[tuple[float, str]] = field(default_factory=list)    # vertical lines (cache sizes)
     bars: bool = False               # categories on y, value on x
     caption: str = ""
+    bar_labels: list[str] | None = None   # bars: a text at the end of each bar (its value, or why none)
 
 
 def _fmt_tick(v: float, _pos=None) -> str:
@@ -163,7 +164,12 @@ def _draw_bars(ax, chart: Chart) -> None:
     s = chart.series[0]
     pos = list(range(len(s.y)))
     colors = s.color.split("|") if "|" in s.color else [s.color] * len(pos)
-    ax.barh(pos, s.y, color=colors, height=0.62, alpha=0.85)
+    drawn = ax.barh(pos, s.y, color=colors, height=0.62, alpha=0.85)
+    if chart.bar_labels:
+        ax.bar_label(drawn, labels=chart.bar_labels, padding=3, fontsize=8.5, color="#333333")
+        top = max([*s.y, 0.0]) or 1.0
+        ax.set_xlim(right=top * 1.3)                          # room for the labels,
+        ax.set_xticks([t for t in ax.get_xticks() if 0 <= t <= top * 1.0001])   # no ticks past the data
     if s.lo is not None and s.hi is not None:
         ax.errorbar(s.y, pos, xerr=[[max(y - l, 0) for y, l in zip(s.y, s.lo)],
                                     [max(h - y, 0) for y, h in zip(s.y, s.hi)]],
