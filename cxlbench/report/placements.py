@@ -61,7 +61,8 @@ def advice_section(a: Advice, maker: build.ChartMaker) -> dict[str, Any]:
     return {"svg": maker.svg(_chart(a, maker), wide=True), "rows": rows, "terms": TERMS,
             "conclusion": a.conclusion, "named": a.choice is not None, "rule": a.rule,
             "tokens_per_step": f"{a.tokens_per_step:,}", "combine": COMBINE,
-            "inputs": inputs, "notes": a.notes, "left_out": ", ".join(a.left_out), "runs": runs,
+            "inputs": inputs, "notes": a.notes, "left_out": ", ".join(a.left_out),
+            "left_out_why": "Left out with --tiers", "runs": runs,
             "headline": (f"{a.model} ({format_count(a.n_params)} params) on one {a.gpu}; batch {a.batch} × "
                          f"seq {a.seq} = {a.tokens_per_step:,} tokens per step"),
             "datasheet": any(f.source.kind == DATASHEET for f in a.inputs.figures())}
@@ -81,7 +82,8 @@ def run_advice(run: Run, maker: build.ChartMaker) -> dict[str, Any] | None:
     host = [t for t in tiers if t != "hbm"]
     if model is not None and inputs.gpu is not None and host:
         try:
-            return {"advice": advice_section(advise_inputs(inputs, model, tiers), maker)}
+            section = advice_section(advise_inputs(inputs, model, tiers), maker)
+            return {"advice": {**section, "left_out_why": "Not modelled: this run measured no tier of kind"}}
         except AdviceError:
             return None
     if host:
