@@ -32,6 +32,7 @@ import pandas as pd
 from cxlbench.results.store import Run, find_runs, load_run, machine_of
 from cxlbench.training.configs import MODELS, model_config, train_config
 from cxlbench.training.stepmodel import Rates, Workload, predict, tokens_to_hide_optimizer
+from cxlbench.units import tier_order
 
 MEASURED, DATASHEET, ASSUMED = "measured", "datasheet", "assumed"
 #: Tier kinds, the least costly per byte first: the rule that names a placement.
@@ -160,7 +161,7 @@ class Inputs:
         out = []
         if self.gpu:
             out += self.gpu.figures()
-        for t in sorted(self.tiers.values(), key=lambda t: (COST_ORDER.index(t.kind) * -1, t.name)):
+        for t in sorted(self.tiers.values(), key=lambda t: tier_order(t.name)):
             out += [f for f in (t.adamw, t.nvme_read, t.nvme_write, t.end_to_end) if f is not None]
         return out
 
@@ -603,8 +604,7 @@ def _choose(inputs: Inputs, wanted: Sequence[str]) -> list[str]:
             raise AdviceError(f"no {what} in the given runs{seen}: {_HOW[kind]}; or leave {kind} out: "
                               + _others(wanted, sel))
         chosen += [t.name for t in complete if t.name not in chosen]
-    return sorted(chosen, key=lambda name: (COST_ORDER.index(
-        "hbm" if name == "hbm" else inputs.tiers[name].kind) * -1, name))
+    return sorted(chosen, key=tier_order)            # hbm, ddr, cxl, nvme: a reader's order
 
 
 def _others(wanted: Sequence[str], sel: str) -> str:
