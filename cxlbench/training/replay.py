@@ -10,9 +10,9 @@ kernels    the ATen operators of one forward and backward, recorded once
            (shapes, strides, dtypes, and which call's output each argument
            is) under a dispatch mode, then replayed in their order without
            autograd, hooks or Python modules: each call reads what the calls
-           before it returned, parameters and batch are synthetic tensors of
-           the same layout, outputs are dropped after their last use. So the
-           caches and the allocator see what the step's operators saw (timed
+           before it returned, parameters and batch are copies of the step's,
+           outputs are dropped after their last use. So the caches, the
+           allocator and the values are what the step's operators saw (timed
            one by one on hot inputs they read 20-35% low on the VM; each on
            inputs of its own, up to 20% high).
 framework  what the framework adds over the replay's own calls: the same
@@ -48,7 +48,7 @@ REPLAY_MAX_BYTES = 2 << 30
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A tensor argument as the replay rebuilds it: layout, not values."""
+    """A tensor argument's layout."""
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
@@ -60,16 +60,13 @@ class TensorSpec:
             return 0
         return 1 + sum((d - 1) * s for d, s in zip(self.shape, self.stride))
 
-    def make(self) -> torch.Tensor:
-        """Values that keep every operator on its ordinary path: normal floats, zero
-        integers (valid indices and targets). Built over a dense base so expanded
-        (stride 0) layouts can be filled."""
-        base = torch.empty(max(1, self.storage_elems), dtype=self.dtype, device=self.device)
-        if base.dtype.is_floating_point:
-            base.normal_()
-        else:
-            base.zero_()
-        return base.as_strided(self.shape, self.stride)
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """t's values in the same layout (stride-0 and other overlapping views too)."""
+    n = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) if all(t.shape) else 0
+    if n == 0:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return t.detach().as_strided((n,), (1,)).clone().as_strided(t.shape, t.stride())
 
 
 @dataclass(frozen=True)
@@ -88,8 +85,11 @@ def _key(t: torch.Tensor) -> tuple:
 class Trace:
     """The operators of one forward and backward, in order, with their dataflow:
     each tensor argument is either an earlier call's output or an input from
-    outside (parameters, the batch), built once and shared by all its uses."""
+    outside (parameters, the batch), copied once as the step had it and shared by
+    all its uses. Synthetic values would not do: normal(0, 1) weights overflow a
+    few layers in, and the replay then ran 20-30% slower than the step on the VM."""
     calls: list[tuple[Any, tuple, dict]] = field(default_factory=list)
+    values: dict[int, torch.Tensor] = field(default_factory=dict)   # External.ident -> copy
 
     @property
     def input_bytes(self) -> int:
@@ -119,8 +119,10 @@ class _Recorder(TorchDispatchMode):
         if key in self.producers:
             return self.producers[key]
         if key not in self.externals:
+            ident = len(self.externals)
             self.externals[key] = External(tuple(x.shape), tuple(x.stride()), x.dtype, str(x.device),
-                                           ident=len(self.externals))
+                                           ident=ident)
+            self.trace.values[ident] = _copy(x)
         return self.externals[key]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -224,11 +226,7 @@ def replay_seconds(trace: Trace, device: torch.device, reps: int = 5) -> float:
     if trace.input_bytes > REPLAY_MAX_BYTES:
         raise ValueError(f"the step's operators need {trace.input_bytes / 2**30:.1f} GiB of inputs "
                          f"to replay (limit {REPLAY_MAX_BYTES / 2**30:.0f} GiB)")
-    externals = {}
-    for _, args, kwargs in trace.calls:
-        for leaf in torch.utils._pytree.tree_leaves((args, kwargs)):
-            if isinstance(leaf, External) and leaf.ident not in externals:
-                externals[leaf.ident] = leaf.make()
+    externals = {i: _copy(t) for i, t in trace.values.items()}   # in-place calls leave the trace's intact
     program = _compile(trace)
     times = []
     for i in range(reps + 1):
