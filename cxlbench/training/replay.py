@@ -23,6 +23,10 @@ framework  what the framework adds over the replay's own calls: the same
            every operator from Python, where autograd's backward issues them
            from C++ (on the VM: -0.5 to -3 ms of a 25-40 ms step).
 
+The run replays once after each of its steady steps, so the kernels' median
+and the steps' median come from the same minutes (on the VM, a probe taken
+after the steps read 0.77-1.41x them, run to run).
+
 compute = kernels + framework. On a GPU the replay's wall clock (synchronised)
 covers both the launches and the device's work, and the same sum holds while
 one of them dominates throughout (untested until a GPU run).
@@ -220,23 +224,34 @@ def _one_pass(program: list, externals: dict[int, torch.Tensor]) -> None:
             outputs.pop(producer, None)
 
 
-def replay_seconds(trace: Trace, device: torch.device, reps: int = 5) -> float:
-    """Median seconds of the traced operators run in order, each reading what the
-    calls before it returned, after one untimed pass (allocator, thread pool)."""
-    if trace.input_bytes > REPLAY_MAX_BYTES:
-        raise ValueError(f"the step's operators need {trace.input_bytes / 2**30:.1f} GiB of inputs "
-                         f"to replay (limit {REPLAY_MAX_BYTES / 2**30:.0f} GiB)")
-    externals = {i: _copy(t) for i, t in trace.values.items()}   # in-place calls leave the trace's intact
-    program = _compile(trace)
-    times = []
-    for i in range(reps + 1):
-        _sync(device)
+class Replay:
+    """A trace ready to run: its program, and copies of its outside inputs of its own
+    (in-place calls then leave the trace's intact). Built with one untimed pass
+    (allocator, thread pool, lazy initialisation)."""
+
+    def __init__(self, trace: Trace, device: torch.device):
+        if trace.input_bytes > REPLAY_MAX_BYTES:
+            raise ValueError(f"the step's operators need {trace.input_bytes / 2**30:.1f} GiB of inputs "
+                             f"to replay (limit {REPLAY_MAX_BYTES / 2**30:.0f} GiB)")
+        self.device, self.operators = device, len(trace.calls)
+        self.externals = {i: _copy(t) for i, t in trace.values.items()}
+        self.program = _compile(trace)
+        self.once()
+
+    def once(self) -> float:
+        """Seconds of one pass over the operators, each reading what the calls before
+        it returned."""
+        _sync(self.device)
         t0 = time.perf_counter()
-        _one_pass(program, externals)
-        _sync(device)
-        if i:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        _one_pass(self.program, self.externals)
+        _sync(self.device)
+        return time.perf_counter() - t0
+
+
+def replay_seconds(trace: Trace, device: torch.device, reps: int = 5) -> float:
+    """Median seconds of one pass of the traced operators."""
+    r = Replay(trace, device)
+    return statistics.median(r.once() for _ in range(reps))
 
 
 def minimal(cfg: ModelConfig, train: TrainConfig) -> tuple[ModelConfig, TrainConfig]:
@@ -249,7 +264,7 @@ def minimal(cfg: ModelConfig, train: TrainConfig) -> tuple[ModelConfig, TrainCon
 @dataclass
 class ComputeProbe:
     """The compute term's inputs, as the run records them."""
-    kernels_s: float          # the step's operators, replayed
+    kernels_s: float          # the step's operators, replayed (median over the passes)
     framework_s: float        # the minimal twin: its step minus its replay (signed)
     operators: int            # calls per forward and backward
     framework_step_s: float   # the minimal twin's measured forward and backward
@@ -259,35 +274,36 @@ class ComputeProbe:
     def compute_s(self) -> float:
         return self.kernels_s + self.framework_s
 
-    def as_dict(self) -> dict:
-        return {"kernels_s": self.kernels_s, "framework_s": self.framework_s, "operators": self.operators,
-                "framework_step_s": self.framework_step_s, "framework_replay_s": self.framework_replay_s}
 
-
-def _timed(fn: Callable[[], Any], device: torch.device, reps: int) -> float:
+def _seconds(fn: Callable[[], Any], device: torch.device) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
     fn()
-    times = []
-    for _ in range(reps):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    _sync(device)
+    return time.perf_counter() - t0
 
 
-def probe_compute(forward_backward: Callable[[ModelConfig, TrainConfig], Callable[[], Any]],
-                  cfg: ModelConfig, train: TrainConfig, device: torch.device,
-                  reps: int = 5) -> ComputeProbe:
-    """forward_backward(cfg, train) builds a model like the run's (dtype, autocast,
-    checkpointing) on the device and returns one forward-and-backward on a batch."""
-    step = forward_backward(cfg, train)
-    trace = record(step)
-    kernels, operators = replay_seconds(trace, device, reps), len(trace.calls)
-    del trace
+ForwardBackward = Callable[[ModelConfig, TrainConfig], Callable[[], Any]]
+
+
+def prepare(forward_backward: ForwardBackward, cfg: ModelConfig, train: TrainConfig,
+            device: torch.device) -> Replay:
+    """The run's operators ready to replay. forward_backward(cfg, train) builds a model
+    like the run's (dtype, autocast, checkpointing) on the device and returns one
+    forward-and-backward on a batch; the model is dropped once its calls are recorded."""
+    return Replay(record(forward_backward(cfg, train)), device)
+
+
+def framework(forward_backward: ForwardBackward, cfg: ModelConfig, train: TrainConfig,
+              device: torch.device, reps: int = 9) -> tuple[float, float]:
+    """(step, replay) seconds of the minimal twin: what the framework adds per
+    forward and backward is their difference."""
     small_cfg, small_train = minimal(cfg, train)
     small = forward_backward(small_cfg, small_train)
-    small_trace = record(small)
-    small_step = _timed(small, device, max(reps, 9))
-    small_replay = replay_seconds(small_trace, device, max(reps, 9))
-    return ComputeProbe(kernels, small_step - small_replay, operators, small_step, small_replay)
+    replayed = Replay(record(small), device)
+    small()
+    steps, replays = [], []
+    for _ in range(reps):                   # interleaved: the VM's drift falls on both alike
+        steps.append(_seconds(small, device))
+        replays.append(replayed.once())
+    return statistics.median(steps), statistics.median(replays)

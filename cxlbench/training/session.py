@@ -131,8 +131,16 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
                    data.batches(train.warmup_steps + train.steps, train.batch, train.seq_len)]
         before = engine.verify(nodes_of)
         warmup = [engine.step(*b) for b in batches[:train.warmup_steps]]
+        twin = _twin(engine.kind, engine.device, getattr(engine, "compute_dtype", None))
+        replayer, framework = _compute_probes(twin, cfg, train, engine.device, engine.notes)
         engine.reset_peaks()
-        steps = [engine.step(*b) for b in batches[train.warmup_steps:]]
+        steps, kernels = [], []
+        operators = replayer.operators if replayer is not None else 0
+        for b in batches[train.warmup_steps:]:
+            steps.append(engine.step(*b))
+            if replayer is not None:              # interleaved with the steps it models
+                kernels.append(replayer.once())
+        del replayer
         after = engine.verify(nodes_of) + _verify_device_state(engine, spec, nodes_of)
         memory = engine.memory()
         rates, peak = _rates(engine, spec)
@@ -149,10 +157,11 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
                 f"{k} {v / 1e6:.0f}M params/s" for k, v in sorted(impl_rates.items(), key=lambda kv: -kv[1])))
     finally:
         engine.close()
-    kind, device, compute_dtype = engine.kind, engine.device, getattr(engine, "compute_dtype", None)
-    del engine
-    compute = _probe_compute(kind, device, compute_dtype, cfg, train, notes)
-    if compute is not None:
+    device = engine.device
+    compute = None
+    if kernels:
+        compute = replay.ComputeProbe(statistics.median(kernels), framework[0] - framework[1],
+                                      operators, framework[0], framework[1])
         rates = replace(rates, compute_s=compute.compute_s)
 
     workload = Workload(
@@ -202,16 +211,17 @@ def _twin(kind: str, device: torch.device, compute_dtype):
     return forward_backward
 
 
-def _probe_compute(kind, device, compute_dtype, cfg: ModelConfig, train: TrainConfig,
-                   notes: list[str]) -> replay.ComputeProbe | None:
-    """The compute term by probe; None (the model falls back to FLOPs at F_eff, and
-    the notes say why) when the step's operators can't be replayed here."""
+def _compute_probes(twin, cfg: ModelConfig, train: TrainConfig, device: torch.device,
+                    notes: list[str]) -> tuple[replay.Replay | None, tuple[float, float]]:
+    """The step's operators ready to replay, and the minimal twin's (step, replay)
+    seconds; (None, ...) — the model falls back to FLOPs at F_eff, and the notes say
+    why — when the operators can't be replayed here."""
     try:
-        return replay.probe_compute(_twin(kind, device, compute_dtype), cfg, train, device)
+        return replay.prepare(twin, cfg, train, device), replay.framework(twin, cfg, train, device)
     except (ValueError, RuntimeError, torch.OutOfMemoryError) as e:
         notes.append(f"compute probe not run ({str(e).splitlines()[0]}): the model's compute is "
                      f"FLOPs at the measured GEMM rate")
-        return None
+        return None, (0.0, 0.0)
 
 
 def _verify_device_state(engine, spec: RunSpec, nodes_of) -> list[dict]:
