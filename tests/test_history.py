@@ -320,3 +320,21 @@ def test_a_probe_name_the_sentinels_do_not_have_is_one_line(tmp_path, capsys):
     assert main(["history", str(tmp_path / "results"), "--normalize", "dram"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "normalize 'dram'" in err
+
+
+def test_a_point_keeps_one_name_when_the_headline_picks_another_point_in_some_runs(tmp_path):
+    rng = np.random.default_rng(1)
+    for i in range(4):           # two threads are faster in every run but the first
+        def f(case, metric, i=i):
+            return (1.5 if i else 0.5) if case.params.get("threads") == 2 else 1.0
+        m, tiers = machine(cxl=False)
+        results = suite_results(rng, noise=0.01, tiers=("ddr0",), working_sets=[256 << 20], pages=("4k",),
+                                kernels=("read",), threads=(1, 2), loaded=False, extras=False, factor=f)
+        p = write_run(tmp_path / "results", results, m=m, tiers=tiers, suite="ci", label=f"r{i}")
+        meta = json.loads((p / "run.json").read_text())
+        meta["started"] = (START + pd.Timedelta(minutes=15 * i)).isoformat()
+        (p / "run.json").write_text(json.dumps(meta))
+    rows = hist.history(tmp_path / "results").rows
+    names = rows.groupby("point")["label"].nunique()
+    assert (names == 1).all()
+    assert "ddr0 peak read bandwidth (2 threads)" in set(rows["label"])

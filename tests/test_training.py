@@ -386,6 +386,9 @@ def test_measure_yields_registered_metrics_and_a_step_model_verdict(tmp_path):
     assert any(s.metric == "nvme_read_s" for s in samples)
     (pred,) = [s for s in samples if s.metric == "predicted_step_s"]
     assert "model_flag" in pred.params and pred.value > 0
+    probes = {s.params.get("probe"): s.value for s in samples if s.metric == "seconds"}
+    assert pred.params["model_compute_basis"] == "probe"     # measured, not FLOPs at a GEMM rate
+    assert pred.params["model_compute_s"] == pytest.approx(probes["compute_kernels"] + probes["compute_framework"])
     assert info["placement_before"] and info["placement_after"] and info["o_direct"] in (True, False)
     assert len(info["loss_curve"]) == 4 and "CPU run" in info["what_was_measured"]
 
@@ -614,3 +617,69 @@ def test_a_probe_step_that_updates_nothing_records_no_rate(monkeypatch):
     with pytest.raises(optimizer.NoWorkDone, match="unchanged in a timed step"):
         optimizer.probe(1 << 16, "native", steps=2, warmup=1)
     assert len(optimizer.probe(1 << 16, "forloop", steps=2, warmup=1)) == 2
+
+
+def test_a_replay_runs_the_recorded_operators_on_inputs_of_the_same_layout():
+    from cxlbench.training import replay
+    a, b = torch.randn(16, 8), torch.randn(8, 4)
+    wide = torch.randn(4).expand(16, 4)                 # stride 0: the replay must still fill it
+    trace = replay.record(lambda: (a @ b + wide).relu())
+    names = [str(func) for func, _, _ in trace.calls]
+    assert names == ["aten.mm.default", "aten.add.Tensor", "aten.relu.default"]
+    _, (x, w), _ = trace.calls[0]
+    assert (x.shape, w.shape) == ((16, 8), (8, 4))
+    _, (product, expanded), _ = trace.calls[1]
+    assert product == replay.Produced(0, 0) and expanded.stride == (0, 1)   # the dataflow is kept
+    assert trace.calls[2][1] == (replay.Produced(1, 0),)
+    assert trace.input_bytes == (16 * 8 + 8 * 4 + 4) * 4                    # outside inputs only
+    assert replay.replay_seconds(trace, torch.device("cpu"), reps=2) > 0
+
+
+def test_the_minimal_twin_runs_the_same_operators_as_the_model_at_trivial_shapes():
+    from cxlbench.training import replay
+    from cxlbench.training.session import _twin
+    cfg, train = model_config("tiny"), train_config("tiny")
+    small_cfg, small_train = replay.minimal(cfg, train)
+    assert (small_cfg.n_layers, small_cfg.n_heads, small_cfg.n_kv_heads) == (cfg.n_layers, cfg.n_heads, cfg.n_kv_heads)
+    assert small_cfg.num_params() < cfg.num_params() / 100
+    twin = _twin("offload", torch.device("cpu"), torch.float32)
+    ops = lambda c, t: [str(f) for f, _, _ in replay.record(twin(c, t)).calls]  # noqa: E731
+    assert ops(cfg, train) == ops(small_cfg, small_train)
+
+
+def test_the_compute_term_is_the_probes_when_the_run_has_one():
+    w = Workload(n_params=1000, n_params_nonembed=900, n_layers=2, dim=8, seq_len=4, tokens_per_step=8)
+    flops = predict(w, Rates(flops_per_s=1e9, opt_params_per_s=1e6), "none")
+    probed = predict(w, Rates(flops_per_s=1e9, opt_params_per_s=1e6, compute_s=0.5), "none")
+    assert flops.compute_basis == "flops" and probed.compute_basis == "probe"
+    assert probed.terms["compute"] == 0.5 and probed.step_s == pytest.approx(0.5 + 1e-3)
+
+
+def test_span_copies_count_the_bytes_of_every_span_and_the_optimizer_probe_evicts_first():
+    from cxlbench.training import probes
+    from cxlbench.training.optimizer import probe as adamw_probe
+    src, dst = torch.randn(4096), torch.zeros(4096)
+    assert probes.copy_spans_Bps(dst, src, [(0, 100), (1000, 500)], reps=1, min_s=0.001) > 0
+    assert torch.equal(dst[1000:1500], src[1000:1500]) and not dst[100:1000].any()
+    calls = []
+    adamw_probe(1 << 12, "foreach", steps=3, warmup=1, before_each=lambda: calls.append(1))
+    assert len(calls) == 4
+    assert probes.evictor(0) is None
+
+
+def test_the_report_puts_each_phase_beside_its_model_term():
+    import pandas as pd
+
+    from cxlbench.report import step_breakdown
+    case = {"benchmark": "training", "mode": "train", "case_id": "c1", "target": "ddr0",
+            "engine": "offload", "params_on": "ddr0"}
+    rows = [dict(case, metric=m, value=v) for m, vs in
+            {"step_time_s": [0.030, 0.034, 0.032], "forward_s": [0.01] * 3, "backward_s": [0.02] * 3,
+             "transfer_s": [0.001] * 3, "optimizer_s": [0.001] * 3}.items() for v in vs]
+    rows.append(dict(case, metric="predicted_step_s", value=0.044, model_compute_s=0.036, model_d2h_s=0.001,
+                     model_h2d_s=0.0005, model_optimizer_s=0.002, model_compute_basis="probe"))
+    (row,) = step_breakdown.rows(pd.DataFrame(rows)).itertuples()
+    assert (row.step, row.step_model) == (0.032, 0.044)
+    assert row.compute == pytest.approx(0.03) and row.transfer_model == pytest.approx(0.0015)
+    (cells,) = step_breakdown.table(pd.DataFrame(rows))["rows"]
+    assert "0.73 (off)" in cells                       # 32 / 44 ms: more than 20% from the model

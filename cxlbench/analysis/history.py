@@ -273,7 +273,10 @@ def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = (),
     frames = [run_rows(r, normalize, reference).assign(run_id=r.run_id, position=i) for i, r in enumerate(runs)]
     rows = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
     if not rows.empty:
-        rows["label"] = labels(rows)
+        # One name per point over the whole history: a headline picked per run (the
+        # peak over thread counts) names a different point from run to run.
+        rows["label"] = pd.Series(labels(rows), index=rows.index).groupby(rows["point"]).transform(
+            lambda names: names.mode().iloc[0])
     paths = {r.run_id: r.path for r in runs}
     markers = [m for m in read_markers(_machine_folder(p) for p in paths.values())
                if m.run_id in paths and m.suite in ("", key[1])]

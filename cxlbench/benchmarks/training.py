@@ -515,7 +515,8 @@ def _run(case: Case, env: Env, info: dict, config: str):
     train = train_config(config, batch=p["batch"], seq_len=p["seq"], steps=case.repetitions,
                          warmup_steps=case.warmup, activation_checkpointing=p["activation_checkpointing"])
     spec = RunSpec(config, p["engine"], train, placement, device, nvme_dir, p.get("impl", "fused"),
-                   buffer_node, local if device == "cpu" else None)
+                   buffer_node, local if device == "cpu" else None,
+                   evict_bytes=2 * env.machine.llc_bytes())
     return run(spec)
 
 
@@ -592,6 +593,12 @@ def _train_samples(r, info: dict) -> list[Sample]:
                         ("nvme_read", rates.nvme_read_Bps), ("nvme_write", rates.nvme_write_Bps)):
         if value:
             samples.append(Sample("bandwidth_GBps", value / 1e9, 0, {"probe": name}))
+    if r.compute_probe is not None:     # the compute term's own probes (training/replay.py)
+        c = r.compute_probe
+        samples += [Sample("seconds", c.kernels_s, 0, {"probe": "compute_kernels", "operators": c.operators}),
+                    Sample("seconds", c.framework_s, 0, {"probe": "compute_framework"}),
+                    Sample("seconds", c.framework_step_s, 0, {"probe": "framework_twin_step"}),
+                    Sample("seconds", c.framework_replay_s, 0, {"probe": "framework_twin_replay"})]
     if rates.opt_params_per_s:
         samples.append(Sample("params_per_s", rates.opt_params_per_s, 0,
                               {"probe": "adamw", "impl": r.impl}))

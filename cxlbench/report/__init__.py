@@ -24,7 +24,7 @@ from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt
 from cxlbench import units
 from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.reduction import points, repetitions
-from cxlbench.report import build, drift as drift_section
+from cxlbench.report import build, drift as drift_section, step_breakdown
 from cxlbench.results.store import Run, atomic_write, safe_name
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -66,9 +66,11 @@ def run_context(run: Run) -> dict[str, Any]:
                                  **drift_section.section(run.samples, meta, maker)})
                 continue
             allowed = build.requested_params([meta], bench, pts.attrs.get("axes", []))
+            model = step_breakdown.table(run.samples) if bench == "training" else None
             families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,
                              "description": show["description"],
                              "charts": build.family_charts(fam, show, marks, maker, allowed=allowed),
+                             "lead_tables": [model] if model else [],
                              "tables": build.points_tables(fam, allowed),
                              "advice": _advice(run, maker) if bench == "training" else None})
     status = str(meta.get("status", "unknown"))

@@ -257,3 +257,19 @@ def file_bandwidth(opt: NvmeAdamW) -> dict[str, float]:
     write_s = writes.write_busy_s + time.perf_counter() - t0
     return {"read_GBps": reads.bytes_read / max(reads.read_busy_s, 1e-12) / 1e9,
             "write_GBps": writes.bytes_written / max(write_s, 1e-12) / 1e9}
+
+
+def step_rate(opt: NvmeAdamW, grads: torch.Tensor, steps: int = 3,
+              before_each=None) -> list[float]:
+    """Parameters/s of whole file-backed steps, I/O and its orchestration included:
+    R_opt for state on NVMe. With small chunks the step costs its per-chunk hand-offs
+    between threads more than its bytes, which the file's bandwidth alone misses.
+    The state advances by `steps` steps (call it after the run's own steps)."""
+    rates = []
+    for _ in range(steps):
+        if before_each is not None:
+            before_each()
+        t0 = time.perf_counter()
+        opt.step(grads)
+        rates.append(opt.numel / (time.perf_counter() - t0))
+    return rates

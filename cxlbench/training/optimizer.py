@@ -209,10 +209,13 @@ def _check_updated(impl: str, before: torch.Tensor, after: torch.Tensor) -> None
 
 def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
           nodes: dict[str, int | None] | None = None, hyper: AdamWHyper = AdamWHyper(),
-          grad_dtype: torch.dtype = torch.float32, chunk: int | None = None) -> list[float]:
+          grad_dtype: torch.dtype = torch.float32, chunk: int | None = None,
+          before_each: Callable[[], object] | None = None) -> list[float]:
     """Parameters per second of one AdamW step over n_params, one figure per step.
     nodes places p (params), m/v (optimizer) and g (grads) like the training run;
-    chunk steps them in chunks as the engine does (default: one chunk)."""
+    chunk steps them in chunks as the engine does (default: one chunk); before_each
+    runs untimed before every step (the run evicts the caches, as its forward and
+    backward do: state that fits the LLC would otherwise step hot and read fast)."""
     from cxlbench.training.placement import HostArena
 
     nodes = nodes or {}
@@ -234,6 +237,8 @@ def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
         rates = []
         for i in range(warmup + steps):
             before = p[::_SPOT].clone()
+            if before_each is not None:
+                before_each()
             t0 = time.perf_counter()
             opt.step(g)
             dt = time.perf_counter() - t0

@@ -71,12 +71,47 @@ def copy_Bps(dst: torch.Tensor, src: torch.Tensor, reps: int = 5, min_s: float =
     return nbytes / s
 
 
-def device_adamw_params_per_s(n: int, device: torch.device, impl: str = "fused", reps: int = 5) -> float:
-    """AdamW on n fp32 parameters held on device (the no-offload engine's optimizer)."""
-    from cxlbench.training.optimizer import AdamWHyper, adamw_update
-    p, g = torch.randn(n, device=device), torch.randn(n, device=device)
-    m, v = torch.zeros(n, device=device), torch.zeros(n, device=device)
-    step = torch.zeros((), dtype=torch.float32, device=device if impl == "fused" else "cpu")
-    h = AdamWHyper()
-    s = _median_seconds(lambda: adamw_update([p], [g], [m], [v], [step], h, impl), device, reps)
-    return n / s
+def copy_spans_Bps(dst: torch.Tensor, src: torch.Tensor, spans: list[tuple[int, int]],
+                   reps: int = 5, min_s: float = 0.02) -> float:
+    """Bytes/s of copying src into dst span by span, as the engine does (one copy per
+    parameter tensor from the gradient hooks, one per optimizer chunk back): a small
+    model's copies cost their calls, not their bytes."""
+    device = dst.device if dst.device.type == "cuda" else src.device
+    nbytes = sum(n for _, n in spans) * src.element_size()
+
+    def copies() -> None:
+        for start, n in spans:
+            dst[start:start + n].copy_(src[start:start + n], non_blocking=True)
+    return nbytes / _median_seconds(copies, device, reps, min_s)
+
+
+def evictor(nbytes: int):
+    """A call that writes nbytes of its own (twice the LLC): what the forward and
+    backward do to the caches before the optimizer steps. None when nbytes is 0."""
+    if nbytes <= 0:
+        return None
+    buf = torch.zeros(nbytes // 4, dtype=torch.float32)
+    return lambda: buf.add_(1.0)
+
+
+def optimizer_params_per_s(opt: torch.optim.Optimizer, reps: int = 5, before_each=None) -> float:
+    """Parameters/s of an optimizer's own step over its own parameter tensors (one
+    kernel call per tensor, or per group for foreach and fused): the no-offload
+    engine's R_opt. Gives every parameter a gradient first; the parameters move on."""
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for p in params:
+        p.grad = torch.randn_like(p).mul_(1e-3)
+    device = params[0].device
+    times = []
+    for i in range(reps + 1):
+        if before_each is not None:
+            before_each()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return sum(p.numel() for p in params) / statistics.median(times)

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from cxlbench.training import probes
-from cxlbench.training.configs import TrainConfig, model_config
+from cxlbench.training import probes, replay
+from cxlbench.training.configs import ModelConfig, TrainConfig, model_config
 from cxlbench.training.data import MarkovTokens
 from cxlbench.training.engine import (Fsdp2Engine, NoOffloadEngine, OffloadEngine, StepTimes,
-                                      hyper_of)
+                                      build_model, hyper_of)
+from cxlbench.training.model import loss_fn
 from cxlbench.training.optimizer import probe as adamw_probe
 from cxlbench.training.placement import Placement, page_nodes, verify
 from cxlbench.training.stepmodel import Prediction, Rates, Verdict, Workload, compare, predict
@@ -37,6 +38,7 @@ class RunSpec:
     impl: str = "fused"               # CPU AdamW implementation; "auto": the fastest here
     buffer_node: int | None = None    # NVMe I/O buffers and staging when params are on NVMe
     local_node: int | None = None     # where the no-offload engine's state should land (CPU run)
+    evict_bytes: int = 0              # the optimizer probe evicts this much before each step (2x LLC)
 
 
 @dataclass
@@ -55,6 +57,7 @@ class RunResult:
     placement_after: list[dict]
     memory: dict[str, int]
     impl: str
+    compute_probe: replay.ComputeProbe | None = None
     o_direct: bool | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -128,8 +131,16 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
                    data.batches(train.warmup_steps + train.steps, train.batch, train.seq_len)]
         before = engine.verify(nodes_of)
         warmup = [engine.step(*b) for b in batches[:train.warmup_steps]]
+        twin = _twin(engine.kind, engine.device, getattr(engine, "compute_dtype", None))
+        replayer, framework = _compute_probes(twin, cfg, train, engine.device, engine.notes)
         engine.reset_peaks()
-        steps = [engine.step(*b) for b in batches[train.warmup_steps:]]
+        steps, kernels = [], []
+        operators = replayer.operators if replayer is not None else 0
+        for b in batches[train.warmup_steps:]:
+            steps.append(engine.step(*b))
+            if replayer is not None:              # interleaved with the steps it models
+                kernels.append(replayer.once())
+        del replayer
         after = engine.verify(nodes_of) + _verify_device_state(engine, spec, nodes_of)
         memory = engine.memory()
         rates, peak = _rates(engine, spec)
@@ -146,6 +157,12 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
                 f"{k} {v / 1e6:.0f}M params/s" for k, v in sorted(impl_rates.items(), key=lambda kv: -kv[1])))
     finally:
         engine.close()
+    device = engine.device
+    compute = None
+    if kernels:
+        compute = replay.ComputeProbe(statistics.median(kernels), framework[0] - framework[1],
+                                      operators, framework[0], framework[1])
+        rates = replace(rates, compute_s=compute.compute_s)
 
     workload = Workload(
         n_params=numel, n_params_nonembed=numel - cfg.vocab_size * cfg.dim,
@@ -153,15 +170,15 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
         tokens_per_step=train.batch * train.seq_len,
         # bf16 crosses PCIe in our engine; FSDP2 moves fp32 shards (reduce_dtype fp32, then
         # casts on the GPU); a CPU run copies fp32
-        grad_bytes=2 if engine.cuda and spec.engine == "offload" else 4,
-        param_bytes=2 if engine.cuda and spec.engine == "offload" else 4,
+        grad_bytes=2 if device.type == "cuda" and spec.engine == "offload" else 4,
+        param_bytes=2 if device.type == "cuda" and spec.engine == "offload" else 4,
         nvme_bytes=(12 if spec.placement.params == "nvme" else 8) if spec.placement.optimizer == "nvme" else 0,
         offload=spec.engine != "none", chunks=max(1, -(-numel // max(1, train.chunk_params))))
     overlap = {"none": "none", "fsdp2_cpu_offload": "serial"}.get(
-        spec.engine, "overlapped" if engine.cuda else "serial")
+        spec.engine, "overlapped" if device.type == "cuda" else "serial")
     prediction = predict(workload, rates, overlap)
     measured = {"compute": statistics.median(s.forward_s + s.backward_s for s in steps),
-                "optimizer": statistics.median(s.optimizer_s for s in steps)}
+                "optimizer": statistics.median(s.optimizer_s + s.nvme_read_s + s.nvme_write_s for s in steps)}
     if spec.engine == "offload":
         measured["transfer"] = statistics.median(s.transfer_s for s in steps)
     if any(s.io for s in steps) and spec.placement.optimizer == "nvme":
@@ -169,7 +186,42 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     verdict = compare(prediction, statistics.median(s.step_s for s in steps), measured)
     return RunResult(spec, numel, workload.tokens_per_step, workload.flops_per_token,
                      warmup, steps, rates, peak, prediction, verdict, before, after, memory,
-                     impl, o_direct, notes)
+                     impl, compute, o_direct, notes)
+
+
+def _twin(kind: str, device: torch.device, compute_dtype):
+    """forward_backward(cfg, train) for replay.probe_compute: a fresh model computing
+    as the engine's does (its dtype, autocast, checkpointing), without its hooks."""
+    cuda = device.type == "cuda"
+
+    def forward_backward(cfg: ModelConfig, train: TrainConfig):
+        model = build_model(cfg, train).to(device)
+        if kind == "offload" and compute_dtype is not None:
+            model.to(compute_dtype)
+        x, y = (t.to(device) for t in next(iter(MarkovTokens(cfg.vocab_size, seed=train.seed)
+                                                 .batches(1, train.batch, train.seq_len))))
+
+        def step() -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda and kind != "offload"):
+                logits = model(x)
+            loss_fn(logits, y).backward()
+            for p in model.parameters():
+                p.grad = None
+        return step
+    return forward_backward
+
+
+def _compute_probes(twin, cfg: ModelConfig, train: TrainConfig, device: torch.device,
+                    notes: list[str]) -> tuple[replay.Replay | None, tuple[float, float]]:
+    """The step's operators ready to replay, and the minimal twin's (step, replay)
+    seconds; (None, ...) — the model falls back to FLOPs at F_eff, and the notes say
+    why — when the operators can't be replayed here."""
+    try:
+        return replay.prepare(twin, cfg, train, device), replay.framework(twin, cfg, train, device)
+    except (ValueError, RuntimeError, torch.OutOfMemoryError) as e:
+        notes.append(f"compute probe not run ({str(e).splitlines()[0]}): the model's compute is "
+                     f"FLOPs at the measured GEMM rate")
+        return None, (0.0, 0.0)
 
 
 def _verify_device_state(engine, spec: RunSpec, nodes_of) -> list[dict]:
@@ -204,21 +256,25 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
     n = min(engine.numel, PROBE_MAX_PARAMS)
     d2h = h2d = opt = nvme_r = nvme_w = None
     if spec.engine == "offload":
-        d2h = probes.copy_Bps(engine.grads[:n], engine.flat[:n])
+        # the engine's own copies: one per parameter tensor down, one per chunk back
+        d2h = probes.copy_spans_Bps(engine.grads, engine.flat, _capped([(o, k) for _, o, k in engine.spans], n))
         src = engine.staging if engine.cuda else (engine.master if engine.master is not None else engine.grads)
-        h2d = probes.copy_Bps(engine.flat[:n], src[:n])
-        opt = statistics.median(adamw_probe(n, spec.impl, steps=5, nodes=_state_nodes(spec),
-                                            hyper=hyper_of(train), grad_dtype=dtype,
-                                            chunk=engine.chunk))
-        if engine.nvme is not None:
-            from cxlbench.training.nvme_optimizer import file_bandwidth
+        chunks = [(s, min(engine.chunk, engine.numel - s)) for s in range(0, engine.numel, engine.chunk)]
+        h2d = probes.copy_spans_Bps(engine.flat, src, _capped(chunks, n))
+        evict = probes.evictor(spec.evict_bytes)
+        if engine.nvme is None:
+            opt = statistics.median(adamw_probe(n, spec.impl, steps=5, nodes=_state_nodes(spec),
+                                                hyper=hyper_of(train), grad_dtype=dtype,
+                                                chunk=engine.chunk, before_each=evict))
+        else:
+            from cxlbench.training.nvme_optimizer import file_bandwidth, step_rate
             bw = file_bandwidth(engine.nvme)
             nvme_r, nvme_w = bw["read_GBps"] * 1e9, bw["write_GBps"] * 1e9
-    elif spec.engine == "none":
-        if engine.cuda:
-            opt = probes.device_adamw_params_per_s(n, engine.device, "fused")
-        else:
-            opt = statistics.median(adamw_probe(n, engine.impl, steps=5))
+            # the state is in the file: R_opt is the file-backed step's own rate, its
+            # waits for I/O included (with small chunks they cost more than the bytes)
+            opt = statistics.median(step_rate(engine.nvme, engine.grads, steps=5, before_each=evict))
+    elif spec.engine == "none":          # the engine's own optimizer on its own tensors
+        opt = probes.optimizer_params_per_s(engine.opt, before_each=probes.evictor(spec.evict_bytes))
     else:                    # FSDP2: fp32 shards cross PCIe from pinned memory; host AdamW
         host = torch.empty(n, dtype=torch.float32, pin_memory=True)
         dev = torch.empty(n, dtype=torch.float32, device=engine.device)
@@ -226,3 +282,8 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
         del host, dev
         opt = statistics.median(adamw_probe(n, "foreach" if engine.impl == "foreach" else "fused", steps=3))
     return Rates(f_eff, d2h, h2d, opt, nvme_r, nvme_w), peak
+
+
+def _capped(spans: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
+    """The spans that start within the first `limit` elements (the probes' cap)."""
+    return [(s, min(k, limit - s)) for s, k in spans if s < limit]

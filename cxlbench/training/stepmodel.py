@@ -2,7 +2,10 @@
 
 Terms (../shared/REFERENCES.md, "Training offload"):
 
-    compute   (6·N_ne + 12·L·d·S) · T / F_eff         forward + backward
+    compute   measured by probe where the run has one (training/replay.py: the
+              step's operators replayed + the framework's overhead from a
+              minimal twin), else (6·N_ne + 12·L·d·S) · T / F_eff
+              (a GPU described by its datasheet, the advisor's case)
     d2h, h2d  grad_bytes·N / B_d2h, param_bytes·N / B_h2d   (2N / B_pcie in bf16)
     optimizer N / R_opt
     nvme      file_bytes / B_read + file_bytes / B_write     (12N each way with params in the file)
@@ -37,6 +40,7 @@ class Rates:
     opt_params_per_s: float | None = None   # R_opt on the optimizer's tier
     nvme_read_Bps: float | None = None
     nvme_write_Bps: float | None = None
+    compute_s: float | None = None  # forward + backward from the compute probe (replay.py)
 
 
 @dataclass(frozen=True)
@@ -63,14 +67,18 @@ class Prediction:
     terms: dict[str, float]         # seconds per term
     step_s: float
     overlap: str
+    compute_basis: str = "flops"    # "probe": measured by replay; "flops": FLOPs at F_eff
 
     def as_dict(self) -> dict:
-        return {"step_s": self.step_s, "overlap": self.overlap, **{f"{k}_s": v for k, v in self.terms.items()}}
+        return {"step_s": self.step_s, "overlap": self.overlap, "compute_basis": self.compute_basis,
+                **{f"{k}_s": v for k, v in self.terms.items()}}
 
 
 def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     """Seconds per step and per term. Terms whose rate is unknown are left out."""
-    terms = {"compute": w.flops_per_token * w.tokens_per_step / r.flops_per_s}
+    basis = "probe" if r.compute_s is not None else "flops"
+    terms = {"compute": r.compute_s if r.compute_s is not None
+             else w.flops_per_token * w.tokens_per_step / r.flops_per_s}
     if w.offload and r.d2h_Bps and r.h2d_Bps:
         terms["d2h"] = w.grad_bytes * w.n_params / r.d2h_Bps
         terms["h2d"] = w.param_bytes * w.n_params / r.h2d_Bps
@@ -89,7 +97,7 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
         step = c + max(0.0, d2h - 2 * c / 3) + max(opt, nvme, h2d) + h2d / max(1, w.chunks)
     else:
         raise ValueError(f"unknown overlap {overlap!r} (serial, overlapped, none)")
-    return Prediction(terms, step, overlap)
+    return Prediction(terms, step, overlap, basis)
 
 
 def tokens_to_hide_optimizer(flops_per_s: float, opt_params_per_s: float) -> float:

@@ -1,0 +1,309 @@
+"""What a step's compute costs, from its own operators run without the framework.
+
+FLOPs at a matrix rate miss most of a small model's step: on the 2-core VM the
+tiny config's forward and backward take ~30 ms where 6·N·T FLOPs at the GEMM
+rate say 5 ms — broadcast RoPE multiplies, attention, norms and the thread
+pool's fork and join per operator are in no FLOPs count. So the compute term is
+measured from two probes, neither of them the step it predicts:
+
+kernels    the ATen operators of one forward and backward, recorded once
+           (shapes, strides, dtypes, and which call's output each argument
+           is) under a dispatch mode, then replayed in their order without
+           autograd, hooks or Python modules: each call reads what the calls
+           before it returned, parameters and batch are copies of the step's,
+           outputs are dropped after their last use. So the caches, the
+           allocator and the values are what the step's operators saw (timed
+           one by one on hot inputs they read 20-35% low on the VM; each on
+           inputs of its own, up to 20% high).
+framework  what the framework adds over the replay's own calls: the same
+           architecture (layers, heads, the same operators) at minimal shapes,
+           where the operators cost next to nothing, a real forward and backward
+           minus the replay of its own operators. Per-call costs don't depend on
+           shapes, so this carries over. It can be negative: the replay calls
+           every operator from Python, where autograd's backward issues them
+           from C++ (on the VM: -0.5 to -3 ms of a 25-40 ms step).
+
+The run replays once after each of its steady steps, so the kernels' median
+and the steps' median come from the same minutes (on the VM, a probe taken
+after the steps read 0.77-1.41x them, run to run).
+
+compute = kernels + framework. On a GPU the replay's wall clock (synchronised)
+covers both the launches and the device's work, and the same sum holds while
+one of them dominates throughout (untested until a GPU run).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from cxlbench.training.configs import ModelConfig, TrainConfig
+
+#: A replay keeps every call's inputs at once; above this it gives up instead
+#: of sharing inputs between calls (which would run warm and read low).
+REPLAY_MAX_BYTES = 2 << 30
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor argument's layout."""
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: str
+
+    @property
+    def storage_elems(self) -> int:
+        if not all(self.shape):
+            return 0
+        return 1 + sum((d - 1) * s for d, s in zip(self.shape, self.stride))
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """t's values in the same layout (stride-0 and other overlapping views too)."""
+    n = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) if all(t.shape) else 0
+    if n == 0:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return t.detach().as_strided((n,), (1,)).clone().as_strided(t.shape, t.stride())
+
+
+@dataclass(frozen=True)
+class Produced:
+    """An argument that an earlier call returned: the replay passes that call's
+    output, as the step did — its values, its place in the caches."""
+    call: int
+    index: int            # position in the call's flattened outputs
+
+
+def _key(t: torch.Tensor) -> tuple:
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+@dataclass
+class Trace:
+    """The operators of one forward and backward, in order, with their dataflow:
+    each tensor argument is either an earlier call's output or an input from
+    outside (parameters, the batch), copied once as the step had it and shared by
+    all its uses. Synthetic values would not do: normal(0, 1) weights overflow a
+    few layers in, and the replay then ran 20-30% slower than the step on the VM."""
+    calls: list[tuple[Any, tuple, dict]] = field(default_factory=list)
+    values: dict[int, torch.Tensor] = field(default_factory=dict)   # External.ident -> copy
+
+    @property
+    def input_bytes(self) -> int:
+        """Bytes of the tensors from outside the traced calls."""
+        seen = {leaf for _, args, kwargs in self.calls
+                for leaf in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(leaf, TensorSpec)}
+        return sum(leaf.storage_elems * leaf.dtype.itemsize for leaf in seen)
+
+
+@dataclass(frozen=True)
+class External(TensorSpec):
+    """A tensor from outside the traced calls; `ident` tells two of them apart."""
+    ident: int = 0
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, trace: Trace):
+        super().__init__()
+        self.trace = trace
+        self.producers: dict[tuple, Produced] = {}
+        self.externals: dict[tuple, External] = {}
+
+    def _arg(self, x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        key = _key(x)
+        if key in self.producers:
+            return self.producers[key]
+        if key not in self.externals:
+            ident = len(self.externals)
+            self.externals[key] = External(tuple(x.shape), tuple(x.stride()), x.dtype, str(x.device),
+                                           ident=ident)
+            self.trace.values[ident] = _copy(x)
+        return self.externals[key]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        call = len(self.trace.calls)
+        self.trace.calls.append((func, tree_map(self._arg, args), tree_map(self._arg, kwargs)))
+        out = func(*args, **kwargs)
+        for i, leaf in enumerate(_outputs(out)):
+            if isinstance(leaf, torch.Tensor):       # the newest producer of an address wins
+                self.producers[_key(leaf)] = Produced(call, i)
+        return out
+
+
+def _outputs(out: Any) -> list:
+    """A call's outputs as one flat list (a tensor, or a tuple or list of them)."""
+    if isinstance(out, (tuple, list)):
+        return [x for item in out for x in (item if isinstance(item, (tuple, list)) else (item,))]
+    return [out]
+
+
+def record(fn: Callable[[], Any]) -> Trace:
+    """The ATen operators fn runs (autograd's backward included: on a CPU and for
+    the issuing thread on a GPU it runs under the same mode)."""
+    trace = Trace()
+    with _Recorder(trace):
+        fn()
+    return trace
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _last_uses(trace: Trace) -> dict[int, list[int]]:
+    """For each call, the earlier calls whose outputs it is the last to read: the
+    replay drops them there, so it holds about what the step held."""
+    last: dict[int, int] = {}
+    for i, (_, args, kwargs) in enumerate(trace.calls):
+        for leaf in torch.utils._pytree.tree_leaves((args, kwargs)):
+            if isinstance(leaf, Produced):
+                last[leaf.call] = i
+    drop: dict[int, list[int]] = {}
+    for producer, i in last.items():
+        drop.setdefault(i, []).append(producer)
+    return drop
+
+
+_Ref = (External, Produced)
+
+
+def _holes(values: dict) -> list[tuple[Any, int | None, Any]]:
+    """Where a call's arguments (by position or keyword, one list deep) take a
+    tensor at replay time: (slot, index in a list or None, reference)."""
+    out = []
+    for slot, v in values.items():
+        if isinstance(v, _Ref):
+            out.append((slot, None, v))
+        elif isinstance(v, (list, tuple)):
+            out += [(slot, j, x) for j, x in enumerate(v) if isinstance(x, _Ref)]
+    return out
+
+
+def _compile(trace: Trace) -> list[tuple[Any, dict, dict, list, list, list[int]]]:
+    """Each call as templates and holes, so a pass does no tree walking: on a
+    small model the replay's own Python would otherwise cost more than the step."""
+    drop = _last_uses(trace)
+    program = []
+    for i, (func, args, kwargs) in enumerate(trace.calls):
+        a = dict(enumerate(args))
+        program.append((func, a, dict(kwargs), _holes(a), _holes(kwargs), drop.get(i, [])))
+    return program
+
+
+def _fill(template: dict, holes: list, externals: dict, outputs: dict) -> dict:
+    values = dict(template)
+    for slot, j, ref in holes:
+        t = externals[ref.ident] if isinstance(ref, External) else outputs[ref.call][ref.index]
+        if j is None:
+            values[slot] = t
+        else:
+            if not isinstance(values[slot], list):
+                values[slot] = list(values[slot])
+            values[slot][j] = t
+    return values
+
+
+def _one_pass(program: list, externals: dict[int, torch.Tensor]) -> None:
+    outputs: dict[int, list] = {}
+    for i, (func, args, kwargs, arg_holes, kw_holes, drop) in enumerate(program):
+        a = _fill(args, arg_holes, externals, outputs) if arg_holes else args
+        k = _fill(kwargs, kw_holes, externals, outputs) if kw_holes else kwargs
+        outputs[i] = _outputs(func(*a.values(), **k))
+        for producer in drop:
+            outputs.pop(producer, None)
+
+
+class Replay:
+    """A trace ready to run: its program, and copies of its outside inputs of its own
+    (in-place calls then leave the trace's intact). Built with one untimed pass
+    (allocator, thread pool, lazy initialisation)."""
+
+    def __init__(self, trace: Trace, device: torch.device):
+        if trace.input_bytes > REPLAY_MAX_BYTES:
+            raise ValueError(f"the step's operators need {trace.input_bytes / 2**30:.1f} GiB of inputs "
+                             f"to replay (limit {REPLAY_MAX_BYTES / 2**30:.0f} GiB)")
+        self.device, self.operators = device, len(trace.calls)
+        self.externals = {i: _copy(t) for i, t in trace.values.items()}
+        self.program = _compile(trace)
+        self.once()
+
+    def once(self) -> float:
+        """Seconds of one pass over the operators, each reading what the calls before
+        it returned."""
+        _sync(self.device)
+        t0 = time.perf_counter()
+        _one_pass(self.program, self.externals)
+        _sync(self.device)
+        return time.perf_counter() - t0
+
+
+def replay_seconds(trace: Trace, device: torch.device, reps: int = 5) -> float:
+    """Median seconds of one pass of the traced operators."""
+    r = Replay(trace, device)
+    return statistics.median(r.once() for _ in range(reps))
+
+
+def minimal(cfg: ModelConfig, train: TrainConfig) -> tuple[ModelConfig, TrainConfig]:
+    """The same architecture — layers, heads, kv heads, the same operators — at
+    shapes where each operator costs next to nothing."""
+    return (replace(cfg, name=f"{cfg.name}-minimal", dim=2 * cfg.n_heads, ffn_hidden=2, vocab_size=8),
+            replace(train, batch=1, seq_len=2))
+
+
+@dataclass
+class ComputeProbe:
+    """The compute term's inputs, as the run records them."""
+    kernels_s: float          # the step's operators, replayed (median over the passes)
+    framework_s: float        # the minimal twin: its step minus its replay (signed)
+    operators: int            # calls per forward and backward
+    framework_step_s: float   # the minimal twin's measured forward and backward
+    framework_replay_s: float # its operators replayed
+
+    @property
+    def compute_s(self) -> float:
+        return self.kernels_s + self.framework_s
+
+
+def _seconds(fn: Callable[[], Any], device: torch.device) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+ForwardBackward = Callable[[ModelConfig, TrainConfig], Callable[[], Any]]
+
+
+def prepare(forward_backward: ForwardBackward, cfg: ModelConfig, train: TrainConfig,
+            device: torch.device) -> Replay:
+    """The run's operators ready to replay. forward_backward(cfg, train) builds a model
+    like the run's (dtype, autocast, checkpointing) on the device and returns one
+    forward-and-backward on a batch; the model is dropped once its calls are recorded."""
+    return Replay(record(forward_backward(cfg, train)), device)
+
+
+def framework(forward_backward: ForwardBackward, cfg: ModelConfig, train: TrainConfig,
+              device: torch.device, reps: int = 9) -> tuple[float, float]:
+    """(step, replay) seconds of the minimal twin: what the framework adds per
+    forward and backward is their difference."""
+    small_cfg, small_train = minimal(cfg, train)
+    small = forward_backward(small_cfg, small_train)
+    replayed = Replay(record(small), device)
+    small()
+    steps, replays = [], []
+    for _ in range(reps):                   # interleaved: the VM's drift falls on both alike
+        steps.append(_seconds(small, device))
+        replays.append(replayed.once())
+    return statistics.median(steps), statistics.median(replays)
