@@ -595,8 +595,9 @@ def _train_samples(r, info: dict) -> list[Sample]:
             samples.append(Sample("bandwidth_GBps", value / 1e9, 0, {"probe": name}))
     if r.compute_probe is not None:     # the compute term's own probes (training/replay.py)
         c = r.compute_probe
-        samples += [Sample("seconds", c.kernels_s, 0, {"probe": "compute_kernels", "operators": c.operators}),
-                    Sample("seconds", c.framework_s, 0, {"probe": "compute_framework"}),
+        samples += [Sample("seconds", k, 0, {"probe": "compute_kernels", "operators": c.operators, "iteration": i})
+                    for i, k in enumerate(c.passes)]
+        samples += [Sample("seconds", c.framework_s, 0, {"probe": "compute_framework"}),
                     Sample("seconds", c.framework_step_s, 0, {"probe": "framework_twin_step"}),
                     Sample("seconds", c.framework_replay_s, 0, {"probe": "framework_twin_replay"})]
     if rates.opt_params_per_s:

@@ -269,6 +269,7 @@ class ComputeProbe:
     operators: int            # calls per forward and backward
     framework_step_s: float   # the minimal twin's measured forward and backward
     framework_replay_s: float # its operators replayed
+    passes: list[float] = field(default_factory=list)   # every replay pass, one per steady step
 
     @property
     def compute_s(self) -> float:

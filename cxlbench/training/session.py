@@ -161,7 +161,7 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     compute = None
     if kernels:
         compute = replay.ComputeProbe(statistics.median(kernels), framework[0] - framework[1],
-                                      operators, framework[0], framework[1])
+                                      operators, framework[0], framework[1], kernels)
         rates = replace(rates, compute_s=compute.compute_s)
 
     workload = Workload(
