@@ -597,6 +597,8 @@ def _train_samples(r, info: dict) -> list[Sample]:
         c = r.compute_probe
         samples += [Sample("seconds", k, 0, {"probe": "compute_kernels", "operators": c.operators, "iteration": i})
                     for i, k in enumerate(c.passes)]
+        samples += [Sample("seconds", k, 0, {"probe": "compute_kernels_settling", "iteration": i})
+                    for i, k in enumerate(c.settling)]
         samples += [Sample("seconds", c.framework_s, 0, {"probe": "compute_framework"}),
                     Sample("seconds", c.framework_step_s, 0, {"probe": "framework_twin_step"}),
                     Sample("seconds", c.framework_replay_s, 0, {"probe": "framework_twin_replay"})]

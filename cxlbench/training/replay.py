@@ -23,9 +23,10 @@ framework  what the framework adds over the replay's own calls: the same
            every operator from Python, where autograd's backward issues them
            from C++ (on the VM: -0.5 to -3 ms of a 25-40 ms step).
 
-The run replays once after each of its steady steps, so the kernels' median
-and the steps' median come from the same minutes (on the VM, a probe taken
-after the steps read 0.77-1.41x them, run to run).
+The run replays after each of its steady steps (twice: the first pass soaks
+up what the step left behind), so the kernels' median and the steps' median
+come from the same minutes (on the VM, a probe taken after the steps read
+0.77-1.41x them, run to run).
 
 compute = kernels + framework. On a GPU the replay's wall clock (synchronised)
 covers both the launches and the device's work, and the same sum holds while
@@ -269,7 +270,8 @@ class ComputeProbe:
     operators: int            # calls per forward and backward
     framework_step_s: float   # the minimal twin's measured forward and backward
     framework_replay_s: float # its operators replayed
-    passes: list[float] = field(default_factory=list)   # every replay pass, one per steady step
+    passes: list[float] = field(default_factory=list)   # the pass the model takes, one per steady step
+    settling: list[float] = field(default_factory=list) # the pass before it, right after the step
 
     @property
     def compute_s(self) -> float:

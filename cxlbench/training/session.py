@@ -134,11 +134,15 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
         twin = _twin(engine.kind, engine.device, getattr(engine, "compute_dtype", None))
         replayer, framework = _compute_probes(twin, cfg, train, engine.device, engine.notes)
         engine.reset_peaks()
-        steps, kernels = [], []
+        steps, kernels, settling = [], [], []
         operators = replayer.operators if replayer is not None else 0
         for b in batches[train.warmup_steps:]:
             steps.append(engine.step(*b))
             if replayer is not None:              # interleaved with the steps it models
+                # The first pass after a step soaks up what the step left behind (on the
+                # VM after an NVMe step: up to 8x a pass, while the next forward is not
+                # slowed); the second is the one the model takes.
+                settling.append(replayer.once())
                 kernels.append(replayer.once())
         del replayer
         after = engine.verify(nodes_of) + _verify_device_state(engine, spec, nodes_of)
@@ -161,7 +165,7 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     compute = None
     if kernels:
         compute = replay.ComputeProbe(statistics.median(kernels), framework[0] - framework[1],
-                                      operators, framework[0], framework[1], kernels)
+                                      operators, framework[0], framework[1], kernels, settling)
         rates = replace(rates, compute_s=compute.compute_s)
 
     workload = Workload(
@@ -268,11 +272,12 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
                                                 chunk=engine.chunk, before_each=evict))
         else:
             from cxlbench.training.nvme_optimizer import file_bandwidth, step_rate
+            # the state is in the file: R_opt is the file-backed step's own rate, its
+            # waits for I/O included (with small chunks they cost more than the bytes);
+            # taken before the bandwidth probe, whose closing fsync slowed it 2-3x
+            opt = statistics.median(step_rate(engine.nvme, engine.grads, steps=5, before_each=evict))
             bw = file_bandwidth(engine.nvme)
             nvme_r, nvme_w = bw["read_GBps"] * 1e9, bw["write_GBps"] * 1e9
-            # the state is in the file: R_opt is the file-backed step's own rate, its
-            # waits for I/O included (with small chunks they cost more than the bytes)
-            opt = statistics.median(step_rate(engine.nvme, engine.grads, steps=5, before_each=evict))
     elif spec.engine == "none":          # the engine's own optimizer on its own tensors
         opt = probes.optimizer_params_per_s(engine.opt, before_each=probes.evictor(spec.evict_bytes))
     else:                    # FSDP2: fp32 shards cross PCIe from pinned memory; host AdamW
