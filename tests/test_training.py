@@ -389,7 +389,9 @@ def test_measure_yields_registered_metrics_and_a_step_model_verdict(tmp_path):
     assert "model_flag" in pred.params and pred.value > 0
     probes = {s.params.get("probe"): s.value for s in samples if s.metric == "seconds"}
     passes = [s.value for s in samples if s.params.get("probe") == "compute_kernels"]
-    assert len(passes) == len(steps)                         # one replay after each steady step, all kept
+    settling = [s.value for s in samples if s.params.get("probe") == "compute_kernels_settling"]
+    assert len(passes) == len(settling) == len(steps)        # two replays after each steady step, all kept
+    assert len([s for s in samples if s.params.get("probe") == "framework_twin_step"]) == 9
     assert pred.params["model_compute_basis"] == "probe"     # measured, not FLOPs at a GEMM rate
     assert pred.params["model_compute_s"] == pytest.approx(np.median(passes) + probes["compute_framework"])
     assert info["placement_before"] and info["placement_after"] and info["o_direct"] in (True, False)
@@ -635,7 +637,50 @@ def test_a_replay_runs_the_recorded_operators_on_inputs_of_the_same_layout():
     assert product == replay.Produced(0, 0) and expanded.stride == (0, 1)   # the dataflow is kept
     assert trace.calls[2][1] == (replay.Produced(1, 0),)
     assert trace.input_bytes == (16 * 8 + 8 * 4 + 4) * 4                    # outside inputs only
-    assert replay.replay_seconds(trace, torch.device("cpu"), reps=2) > 0
+    r = replay.Replay(trace, torch.device("cpu"))
+    r.once()
+    held = [x for _, a, k, _, _, _ in r.program for x in torch.utils._pytree.tree_leaves((a, k))
+            if isinstance(x, torch.Tensor)]
+    assert held == []                       # a pass leaves no tensor in the program
+
+
+def test_a_replay_computes_what_the_step_computed():
+    from cxlbench.training import replay
+    from cxlbench.training.engine import build_model
+    from cxlbench.training.session import _twin
+    cfg, train = model_config("tiny"), train_config("tiny")
+    trace = replay.record(_twin("none", torch.device("cpu"), None)(cfg, train))
+    r = replay.Replay(trace, torch.device("cpu"))
+    outputs: dict = {}
+    for i, (func, args, kwargs, ah, kh, _) in enumerate(r.program):    # a pass that keeps every output
+        a = replay._fill(args, ah, r.externals, outputs) if ah else args
+        k = replay._fill(kwargs, kh, r.externals, outputs) if kh else kwargs
+        outputs[i] = replay._outputs(func(*a.values(), **k))
+    loss_call = [str(f) for f, _, _ in trace.calls].index("aten.nll_loss_forward.default")
+    x, y = next(iter(MarkovTokens(cfg.vocab_size, seed=train.seed).batches(1, train.batch, train.seq_len)))
+    real = loss_fn(build_model(cfg, train)(x), y).detach()
+    assert float(outputs[loss_call][0]) == pytest.approx(float(real), rel=1e-5)
+
+
+def test_a_probe_that_fails_leaves_a_note_and_the_flops_model(monkeypatch):
+    from cxlbench.training import replay
+    from cxlbench.training.session import _twin
+    cfg, train = model_config("tiny"), train_config("tiny")
+    for error in (TypeError("bad"), NotImplementedError(), torch.OutOfMemoryError("oom")):
+        def broken(fn, error=error):
+            raise error
+        monkeypatch.setattr(replay, "record", broken)
+        notes: list[str] = []
+        probe = replay.Probe(_twin("none", torch.device("cpu"), None), cfg, train, torch.device("cpu"), 4, notes)
+        probe.after_step()
+        assert probe.result() is None
+        assert len(notes) == 1 and type(error).__name__ in notes[0] and "FLOPs" in notes[0]
+    monkeypatch.undo()
+    notes = []
+    probe = replay.Probe(_twin("none", torch.device("cpu"), None), cfg, train, torch.device("cpu"), 4, notes)
+    monkeypatch.setattr(probe.replay, "once", lambda: (_ for _ in ()).throw(RuntimeError("mid-run")))
+    probe.after_step()
+    assert probe.result() is None and "stopped after 0 steps" in notes[0]
 
 
 def test_the_minimal_twin_runs_the_same_operators_as_the_model_at_trivial_shapes():
@@ -686,3 +731,17 @@ def test_the_report_puts_each_phase_beside_its_model_term():
     assert row.compute == pytest.approx(0.03) and row.transfer_model == pytest.approx(0.0015)
     (cells,) = step_breakdown.table(pd.DataFrame(rows))["rows"]
     assert "0.73 (off)" in cells                       # 32 / 44 ms: more than 20% from the model
+
+
+def test_the_report_draws_each_placement_relative_to_the_runs_best():
+    import pandas as pd
+
+    from cxlbench.report import build, step_breakdown
+    rows = []
+    for case, tier, engine, tps in (("a", "ddr0", "none", 30000.0), ("b", "nvme0", "offload", 15000.0)):
+        base = {"benchmark": "training", "mode": "train", "case_id": case, "target": tier, "engine": engine,
+                "params_on": tier}
+        rows += [dict(base, metric="tokens_per_s", value=tps), dict(base, metric="step_time_s", value=1024 / tps),
+                 dict(base, metric="predicted_step_s", value=1024 / tps, model_compute_s=1024 / tps)]
+    chart = step_breakdown.relative_chart(pd.DataFrame(rows), build.ChartMaker("r", ["ddr0", "nvme0"]))
+    assert "100% · 30,000 tokens/s" in chart["svg"] and "50% · 15,000 tokens/s" in chart["svg"]

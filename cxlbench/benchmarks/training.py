@@ -384,8 +384,11 @@ def _estimate(case: Case, cfg, config: str | None = None) -> float:
     batch, seq = _shape(case, config or cfg.name)
     flops = cfg.flops_per_token(seq) * batch * seq
     rate = 3e14 if p["compute"] == "gpu" else 2e10
-    per_step = flops / rate + cfg.num_params() / (1e9 if p["compute"] == "gpu" else 2e8)
-    return 8.0 + (case.repetitions + case.warmup) * per_step * (2 if p["engine"] != "none" else 1)
+    compute = flops / rate
+    per_step = compute + cfg.num_params() / (1e9 if p["compute"] == "gpu" else 2e8)
+    # + the compute probe's two replay passes after each steady step (training/replay.py)
+    probe = 2 * case.repetitions * compute
+    return 8.0 + (case.repetitions + case.warmup) * per_step * (2 if p["engine"] != "none" else 1) + probe
 
 
 def _plan_optimizer(spec: Spec, env: Env) -> list[Planned]:
@@ -593,15 +596,14 @@ def _train_samples(r, info: dict) -> list[Sample]:
                         ("nvme_read", rates.nvme_read_Bps), ("nvme_write", rates.nvme_write_Bps)):
         if value:
             samples.append(Sample("bandwidth_GBps", value / 1e9, 0, {"probe": name}))
-    if r.compute_probe is not None:     # the compute term's own probes (training/replay.py)
+    if r.compute_probe is not None:     # the compute term's own probes (training/replay.py), every timing
         c = r.compute_probe
-        samples += [Sample("seconds", k, 0, {"probe": "compute_kernels", "operators": c.operators, "iteration": i})
-                    for i, k in enumerate(c.passes)]
-        samples += [Sample("seconds", k, 0, {"probe": "compute_kernels_settling", "iteration": i})
-                    for i, k in enumerate(c.settling)]
-        samples += [Sample("seconds", c.framework_s, 0, {"probe": "compute_framework"}),
-                    Sample("seconds", c.framework_step_s, 0, {"probe": "framework_twin_step"}),
-                    Sample("seconds", c.framework_replay_s, 0, {"probe": "framework_twin_replay"})]
+        for probe, values in (("compute_kernels", c.passes), ("compute_kernels_settling", c.settling),
+                              ("framework_twin_step", c.framework_steps),
+                              ("framework_twin_replay", c.framework_replays)):
+            samples += [Sample("seconds", v, 0, {"probe": probe, "operators": c.operators, "iteration": i})
+                        for i, v in enumerate(values)]
+        samples.append(Sample("seconds", c.framework_s, 0, {"probe": "compute_framework"}))
     if rates.opt_params_per_s:
         samples.append(Sample("params_per_s", rates.opt_params_per_s, 0,
                               {"probe": "adamw", "impl": r.impl}))

@@ -12,6 +12,9 @@ from typing import Any
 
 import pandas as pd
 
+from cxlbench.report.plots import Chart, Series
+from cxlbench.units import format_number
+
 TOLERANCE = 0.2      # the model's own (training/stepmodel.py): beyond it, a case is flagged
 
 
@@ -42,6 +45,7 @@ def rows(samples: pd.DataFrame) -> pd.DataFrame:
         nvme = _term(pred, "nvme")
         out.append({
             "tier": g["target"].iloc[0], "engine": g["engine"].iloc[0],
+            "tokens_per_s": _median(g, "tokens_per_s"),
             "params_on": g["params_on"].iloc[0] if "params_on" in g else "",
             "step": _median(g, "step_time_s"), "step_model": float(pred["value"]),
             "compute": _median(g, "forward_s", "backward_s"), "compute_model": _term(pred, "compute"),
@@ -76,3 +80,21 @@ def table(samples: pd.DataFrame) -> dict[str, Any] | None:
                      f"'holds' within ±{TOLERANCE:.0%}; compute term by probe = the step's operators "
                      f"replayed + the framework's overhead from a minimal twin",
             "headers": headers, "numeric": [3, 4, 5, 6, 7, 8], "rows": body, "more": 0}
+
+
+def relative_chart(samples: pd.DataFrame, maker) -> dict[str, Any] | None:
+    """Measured tokens/s of each placement relative to the run's best: the chart the
+    advisor draws from the model, here from the steps themselves."""
+    r = rows(samples)
+    if len(r) < 2:
+        return None
+    best = r["tokens_per_s"].max()
+    labels = [f"{x.tier} · {x.engine}" + (f" · params on {x.params_on}" if x.params_on != x.tier else "")
+              for x in r.itertuples()]
+    texts = [f"{v / best * 100:.3g}% · {format_number(v)} tokens/s" for v in r["tokens_per_s"]]
+    colors = "|".join(maker.color(f"{t}|") for t in r["tier"])
+    chart = Chart("Training: measured tokens/s relative to the best placement in this run",
+                  "tokens/s relative to the best placement measured (1 = the best)", "",
+                  [Series("", labels, list(r["tokens_per_s"] / best), color=colors)],
+                  bars=True, bar_labels=texts)
+    return {"svg": maker.svg(chart, wide=True), "title": chart.title, "wide": True}

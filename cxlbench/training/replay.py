@@ -10,7 +10,8 @@ kernels    the ATen operators of one forward and backward, recorded once
            (shapes, strides, dtypes, and which call's output each argument
            is) under a dispatch mode, then replayed in their order without
            autograd, hooks or Python modules: each call reads what the calls
-           before it returned, parameters and batch are copies of the step's,
+           before it returned, parameters and batch are copies of the twin's
+           (the run's initial values, its first batch),
            outputs are dropped after their last use. So the caches, the
            allocator and the values are what the step's operators saw (timed
            one by one on hot inputs they read 20-35% low on the VM; each on
@@ -29,8 +30,12 @@ come from the same minutes (on the VM, a probe taken after the steps read
 0.77-1.41x them, run to run).
 
 compute = kernels + framework. On a GPU the replay's wall clock (synchronised)
-covers both the launches and the device's work, and the same sum holds while
-one of them dominates throughout (untested until a GPU run).
+covers both the launches and the device's work; the sum is right while the host's
+issuing dominates, and overstates by the framework term (a few ms) when the device
+does (untested until a GPU run). Where the operators can't be replayed — a model
+whose parameters exceed REPLAY_MAX_BYTES, a minimal twin that runs other operators
+(attention kernels chosen by head size on a GPU), any error — the run says why in
+its notes and the model prices compute as FLOPs at the measured GEMM rate.
 """
 from __future__ import annotations
 
@@ -46,8 +51,9 @@ from torch.utils._pytree import tree_map
 
 from cxlbench.training.configs import ModelConfig, TrainConfig
 
-#: A replay keeps every call's inputs at once; above this it gives up instead
-#: of sharing inputs between calls (which would run warm and read low).
+#: The replay keeps a copy of the model's parameters (and the batch) beside the
+#: run's own; above this many bytes of them it is not attempted (every GPU config
+#: from 1b up, in bf16).
 REPLAY_MAX_BYTES = 2 << 30
 
 
@@ -90,7 +96,7 @@ def _key(t: torch.Tensor) -> tuple:
 class Trace:
     """The operators of one forward and backward, in order, with their dataflow:
     each tensor argument is either an earlier call's output or an input from
-    outside (parameters, the batch), copied once as the step had it and shared by
+    outside (parameters, the batch), copied once as the twin had it and shared by
     all its uses. Synthetic values would not do: normal(0, 1) weights overflow a
     few layers in, and the replay then ran 20-30% slower than the step on the VM."""
     calls: list[tuple[Any, tuple, dict]] = field(default_factory=list)
@@ -173,6 +179,9 @@ def _last_uses(trace: Trace) -> dict[int, list[int]]:
     drop: dict[int, list[int]] = {}
     for producer, i in last.items():
         drop.setdefault(i, []).append(producer)
+    for i in range(len(trace.calls)):       # read by no later call (the gradients): dropped at once
+        if i not in last:
+            drop.setdefault(i, []).append(i)
     return drop
 
 
@@ -203,14 +212,17 @@ def _compile(trace: Trace) -> list[tuple[Any, dict, dict, list, list, list[int]]
 
 
 def _fill(template: dict, holes: list, externals: dict, outputs: dict) -> dict:
-    values = dict(template)
+    """The call's arguments for this pass; a list argument is copied before it is
+    filled, so the program keeps no tensor of a pass."""
+    values, copied = dict(template), set()
     for slot, j, ref in holes:
         t = externals[ref.ident] if isinstance(ref, External) else outputs[ref.call][ref.index]
         if j is None:
             values[slot] = t
         else:
-            if not isinstance(values[slot], list):
+            if slot not in copied:
                 values[slot] = list(values[slot])
+                copied.add(slot)
             values[slot][j] = t
     return values
 
@@ -226,16 +238,15 @@ def _one_pass(program: list, externals: dict[int, torch.Tensor]) -> None:
 
 
 class Replay:
-    """A trace ready to run: its program, and copies of its outside inputs of its own
-    (in-place calls then leave the trace's intact). Built with one untimed pass
-    (allocator, thread pool, lazy initialisation)."""
+    """A trace ready to run: its program over the trace's copies of its outside
+    inputs. Built with one untimed pass (allocator, thread pool, lazy initialisation)."""
 
     def __init__(self, trace: Trace, device: torch.device):
         if trace.input_bytes > REPLAY_MAX_BYTES:
             raise ValueError(f"the step's operators need {trace.input_bytes / 2**30:.1f} GiB of inputs "
                              f"to replay (limit {REPLAY_MAX_BYTES / 2**30:.0f} GiB)")
         self.device, self.operators = device, len(trace.calls)
-        self.externals = {i: _copy(t) for i, t in trace.values.items()}
+        self.externals = trace.values           # the trace's copies; in-place calls would move them
         self.program = _compile(trace)
         self.once()
 
@@ -249,12 +260,6 @@ class Replay:
         return time.perf_counter() - t0
 
 
-def replay_seconds(trace: Trace, device: torch.device, reps: int = 5) -> float:
-    """Median seconds of one pass of the traced operators."""
-    r = Replay(trace, device)
-    return statistics.median(r.once() for _ in range(reps))
-
-
 def minimal(cfg: ModelConfig, train: TrainConfig) -> tuple[ModelConfig, TrainConfig]:
     """The same architecture — layers, heads, kv heads, the same operators — at
     shapes where each operator costs next to nothing."""
@@ -264,14 +269,21 @@ def minimal(cfg: ModelConfig, train: TrainConfig) -> tuple[ModelConfig, TrainCon
 
 @dataclass
 class ComputeProbe:
-    """The compute term's inputs, as the run records them."""
-    kernels_s: float          # the step's operators, replayed (median over the passes)
-    framework_s: float        # the minimal twin: its step minus its replay (signed)
-    operators: int            # calls per forward and backward
-    framework_step_s: float   # the minimal twin's measured forward and backward
-    framework_replay_s: float # its operators replayed
-    passes: list[float] = field(default_factory=list)   # the pass the model takes, one per steady step
-    settling: list[float] = field(default_factory=list) # the pass before it, right after the step
+    """The compute term's inputs, as the run records them: every timing kept."""
+    passes: list[float]            # the replay pass the model takes, one per steady step
+    settling: list[float]          # the pass before it, right after the step
+    framework_steps: list[float]   # the minimal twin's forward and backward
+    framework_replays: list[float] # its operators replayed, interleaved with those
+    operators: int                 # calls per forward and backward
+
+    @property
+    def kernels_s(self) -> float:
+        return statistics.median(self.passes)
+
+    @property
+    def framework_s(self) -> float:
+        """Signed: the framework's cost over the replay loop's own."""
+        return statistics.median(self.framework_steps) - statistics.median(self.framework_replays)
 
     @property
     def compute_s(self) -> float:
@@ -289,24 +301,85 @@ def _seconds(fn: Callable[[], Any], device: torch.device) -> float:
 ForwardBackward = Callable[[ModelConfig, TrainConfig], Callable[[], Any]]
 
 
-def prepare(forward_backward: ForwardBackward, cfg: ModelConfig, train: TrainConfig,
-            device: torch.device) -> Replay:
-    """The run's operators ready to replay. forward_backward(cfg, train) builds a model
-    like the run's (dtype, autocast, checkpointing) on the device and returns one
-    forward-and-backward on a batch; the model is dropped once its calls are recorded."""
-    return Replay(record(forward_backward(cfg, train)), device)
+def _names(trace: Trace) -> list[str]:
+    return [str(func) for func, _, _ in trace.calls]
 
 
-def framework(forward_backward: ForwardBackward, cfg: ModelConfig, train: TrainConfig,
-              device: torch.device, reps: int = 9) -> tuple[float, float]:
-    """(step, replay) seconds of the minimal twin: what the framework adds per
-    forward and backward is their difference."""
-    small_cfg, small_train = minimal(cfg, train)
-    small = forward_backward(small_cfg, small_train)
-    replayed = Replay(record(small), device)
+class Probe:
+    """The compute probe through one run: prepared after the warm-up steps, two
+    replay passes after each steady step (the first soaks up what the step left
+    behind; on the VM after an NVMe step it read up to 8x the second, while the
+    next forward was not slowed), the result at the end. Any failure stops it with
+    a note in `notes` and leaves the model to FLOPs at the GEMM rate.
+
+    forward_backward(cfg, train) builds a model computing as the run's does (dtype,
+    autocast, checkpointing) on the device and returns one forward-and-backward on
+    a batch; the model is dropped once its calls are recorded."""
+
+    def __init__(self, forward_backward: ForwardBackward, cfg: ModelConfig, train: TrainConfig,
+                 device: torch.device, param_bytes: int, notes: list[str], reps: int = 9):
+        self.device, self.notes = device, notes
+        self.replay: Replay | None = None
+        self.passes: list[float] = []
+        self.settling: list[float] = []
+        self.framework: tuple[list[float], list[float]] = ([], [])
+        self.resident_bytes = 0
+        try:
+            if cfg.num_params() * param_bytes > REPLAY_MAX_BYTES:
+                raise ValueError(f"{cfg.num_params() * param_bytes / 2**30:.1f} GiB of parameters to copy, "
+                                 f"over the replay's {REPLAY_MAX_BYTES / 2**30:.0f} GiB")
+            before = _allocated(device)
+            trace = record(forward_backward(cfg, train))
+            small_cfg, small_train = minimal(cfg, train)
+            small = forward_backward(small_cfg, small_train)
+            small_trace = record(small)
+            if _names(small_trace) != _names(trace):
+                raise ValueError("the minimal twin runs other operators than the model")
+            self.framework = _interleaved(small, Replay(small_trace, device), device, reps)
+            del small, small_trace
+            self.replay = Replay(trace, device)
+            self.resident_bytes = _allocated(device) - before
+        except Exception as e:                      # the probe's failure is not the run's
+            self._stop(e, "not run")
+
+    def after_step(self) -> None:
+        if self.replay is None:
+            return
+        try:
+            settling, taken = self.replay.once(), self.replay.once()
+        except Exception as e:
+            self._stop(e, f"stopped after {len(self.passes)} steps")
+            return
+        self.settling.append(settling)
+        self.passes.append(taken)
+
+    def result(self) -> ComputeProbe | None:
+        if self.replay is None or not self.passes:
+            return None
+        operators, self.replay = self.replay.operators, None
+        return ComputeProbe(self.passes, self.settling, *self.framework, operators)
+
+    def _stop(self, e: Exception, what: str) -> None:
+        self.replay, self.passes, self.settling = None, [], []
+        first = (str(e).splitlines() or [""])[0]
+        self.notes.append(f"compute probe {what} ({type(e).__name__}: {first}): the model's compute is "
+                          f"FLOPs at the measured GEMM rate")
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _allocated(device: torch.device) -> int:
+    return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+
+
+def _interleaved(small: Callable[[], Any], replayed: Replay, device: torch.device,
+                 reps: int) -> tuple[list[float], list[float]]:
+    """The minimal twin's steps and replays, taken in turn so the VM's drift falls on
+    both alike: what the framework adds per forward and backward is the difference
+    of their medians."""
     small()
     steps, replays = [], []
-    for _ in range(reps):                   # interleaved: the VM's drift falls on both alike
+    for _ in range(reps):
         steps.append(_seconds(small, device))
         replays.append(replayed.once())
-    return statistics.median(steps), statistics.median(replays)
+    return steps, replays

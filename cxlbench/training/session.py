@@ -131,22 +131,17 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
                    data.batches(train.warmup_steps + train.steps, train.batch, train.seq_len)]
         before = engine.verify(nodes_of)
         warmup = [engine.step(*b) for b in batches[:train.warmup_steps]]
-        twin = _twin(engine.kind, engine.device, getattr(engine, "compute_dtype", None))
-        replayer, framework = _compute_probes(twin, cfg, train, engine.device, engine.notes)
+        probe = _compute_probe(engine, spec, cfg, train)
         engine.reset_peaks()
-        steps, kernels, settling = [], [], []
-        operators = replayer.operators if replayer is not None else 0
+        steps = []
         for b in batches[train.warmup_steps:]:
             steps.append(engine.step(*b))
-            if replayer is not None:              # interleaved with the steps it models
-                # The first pass after a step soaks up what the step left behind (on the
-                # VM after an NVMe step: up to 8x a pass, while the next forward is not
-                # slowed); the second is the one the model takes.
-                settling.append(replayer.once())
-                kernels.append(replayer.once())
-        del replayer
+            probe.after_step()                     # interleaved with the steps it models
+        compute = probe.result()
         after = engine.verify(nodes_of) + _verify_device_state(engine, spec, nodes_of)
         memory = engine.memory()
+        if probe.resident_bytes:                   # inside the GPU peaks above: say how much
+            memory["compute_probe_resident"] = probe.resident_bytes
         rates, peak = _rates(engine, spec)
         notes = list(engine.notes)
         o_direct = engine.nvme.o_direct if getattr(engine, "nvme", None) else None
@@ -162,10 +157,7 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     finally:
         engine.close()
     device = engine.device
-    compute = None
-    if kernels:
-        compute = replay.ComputeProbe(statistics.median(kernels), framework[0] - framework[1],
-                                      operators, framework[0], framework[1], kernels, settling)
+    if compute is not None:
         rates = replace(rates, compute_s=compute.compute_s)
 
     workload = Workload(
@@ -193,20 +185,24 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
                      impl, compute, o_direct, notes)
 
 
-def _twin(kind: str, device: torch.device, compute_dtype):
-    """forward_backward(cfg, train) for replay.probe_compute: a fresh model computing
-    as the engine's does (its dtype, autocast, checkpointing), without its hooks."""
-    cuda = device.type == "cuda"
+def _twin(kind: str, device: torch.device, param_dtype: torch.dtype | None):
+    """forward_backward(cfg, train) for replay.Probe: a fresh model computing as the
+    engine's does, without its hooks: the offload engine's compute copy in its dtype
+    (buffers such as the rotary tables stay fp32), FSDP2's parameters in bf16 by its
+    policy, the no-offload engine's fp32 parameters under autocast on a GPU."""
+    autocast = device.type == "cuda" and kind == "none"
 
     def forward_backward(cfg: ModelConfig, train: TrainConfig):
-        model = build_model(cfg, train).to(device)
-        if kind == "offload" and compute_dtype is not None:
-            model.to(compute_dtype)
+        with torch.random.fork_rng(devices=[]):     # building a model seeds torch: not the run's stream
+            model = build_model(cfg, train).to(device)
+        if param_dtype is not None:
+            for p in model.parameters():
+                p.data = p.data.to(param_dtype)
         x, y = (t.to(device) for t in next(iter(MarkovTokens(cfg.vocab_size, seed=train.seed)
                                                  .batches(1, train.batch, train.seq_len))))
 
         def step() -> None:
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda and kind != "offload"):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
                 logits = model(x)
             loss_fn(logits, y).backward()
             for p in model.parameters():
@@ -215,17 +211,16 @@ def _twin(kind: str, device: torch.device, compute_dtype):
     return forward_backward
 
 
-def _compute_probes(twin, cfg: ModelConfig, train: TrainConfig, device: torch.device,
-                    notes: list[str]) -> tuple[replay.Replay | None, tuple[float, float]]:
-    """The step's operators ready to replay, and the minimal twin's (step, replay)
-    seconds; (None, ...) — the model falls back to FLOPs at F_eff, and the notes say
-    why — when the operators can't be replayed here."""
-    try:
-        return replay.prepare(twin, cfg, train, device), replay.framework(twin, cfg, train, device)
-    except (ValueError, RuntimeError, torch.OutOfMemoryError) as e:
-        notes.append(f"compute probe not run ({str(e).splitlines()[0]}): the model's compute is "
-                     f"FLOPs at the measured GEMM rate")
-        return None, (0.0, 0.0)
+def _compute_probe(engine, spec: RunSpec, cfg: ModelConfig, train: TrainConfig) -> replay.Probe:
+    cuda = engine.device.type == "cuda"
+    param_dtype = {"offload": getattr(engine, "compute_dtype", None),
+                   "fsdp2_cpu_offload": torch.bfloat16 if cuda else None}.get(spec.engine)
+    if spec.placement.activations != "device":
+        engine.notes.append("compute probe: its twin keeps activations on the device; the stash's "
+                            "copies to the host tier are in the measured step, in no model term")
+    item = torch.tensor([], dtype=param_dtype or torch.float32).element_size()
+    return replay.Probe(_twin(spec.engine, engine.device, param_dtype), cfg, train, engine.device,
+                        item, engine.notes)
 
 
 def _verify_device_state(engine, spec: RunSpec, nodes_of) -> list[dict]:
