@@ -352,3 +352,10 @@ def test_mfu_scales_the_compute_a_datasheet_gpu_is_priced_at(tmp_path):
     mfu = next(f for f in b.inputs.figures() if f.name.startswith("MFU"))
     assert mfu.source.kind == ASSUMED and "--mfu" in mfu.source.text
     assert replace(mfu, value=0.3).value == 0.3
+
+
+def test_a_figure_measured_on_a_declared_tier_says_it_was_declared(tmp_path):
+    run = host_run(tmp_path)
+    a = advise([run], "8b", "h200")
+    assert "declared nvme=/scratch" in a.inputs.tiers["nvme0"].adamw.source.text
+    assert "declared" not in a.inputs.tiers["ddr0"].adamw.source.text       # discovered: nothing to say

@@ -184,8 +184,15 @@ def _started(run: Run) -> str:
 
 
 def _measured(run: Run, case_id: str) -> Source:
+    """Where a host figure was measured; a tier the user declared says so, with what
+    discovery had found there (a DDR node declared `cxl` is a proxy, not CXL)."""
     cpu = ((run.meta.get("machine") or {}).get("cpu") or {}).get("model") or "CPU unknown"
-    return Source(MEASURED, f"run {run.run_id} on {machine_of(run.meta)} ({cpu}), case {case_id}")
+    text = f"run {run.run_id} on {machine_of(run.meta)} ({cpu}), case {case_id}"
+    target = case_id.split("/")[2] if case_id.count("/") >= 2 else ""
+    tier = next((t for t in run.meta.get("tiers") or [] if t.get("name") == target), {})
+    if tier.get("declared"):
+        text += f"; tier declared {tier['declared']} ({tier.get('evidence', '')})"
+    return Source(MEASURED, text)
 
 
 def _gpu_name(run: Run, index: int | None) -> str:
