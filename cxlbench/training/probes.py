@@ -71,6 +71,18 @@ def copy_Bps(dst: torch.Tensor, src: torch.Tensor, reps: int = 5, min_s: float =
     return nbytes / s
 
 
+def seconds(fn, device: torch.device) -> float:
+    """Wall-clock seconds of one call of fn, the device synchronised on both sides (a
+    GPU's queued work is counted, not only its launch)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
+
+
 def copy_spans_Bps(dst: torch.Tensor, src: torch.Tensor, spans: list[tuple[int, int]],
                    reps: int = 5, min_s: float = 0.02) -> float:
     """Bytes/s of copying src into dst span by span, as the engine does (one copy per
@@ -106,12 +118,7 @@ def optimizer_params_per_s(opt: torch.optim.Optimizer, reps: int = 5, before_eac
     for i in range(reps + 1):
         if before_each is not None:
             before_each()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        elapsed = seconds(opt.step, device)
         if i:
-            times.append(time.perf_counter() - t0)
+            times.append(elapsed)
     return sum(p.numel() for p in params) / statistics.median(times)

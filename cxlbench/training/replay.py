@@ -40,7 +40,6 @@ its notes and the model prices compute as FLOPs at the measured GEMM rate.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -50,6 +49,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from cxlbench.training.configs import ModelConfig, TrainConfig
+from cxlbench.training.probes import seconds
 
 #: The replay keeps a copy of the model's parameters (and the batch) beside the
 #: run's own; above this many bytes of them it is not attempted (every GPU config
@@ -67,14 +67,17 @@ class TensorSpec:
 
     @property
     def storage_elems(self) -> int:
-        if not all(self.shape):
-            return 0
-        return 1 + sum((d - 1) * s for d, s in zip(self.shape, self.stride))
+        return _span(self.shape, self.stride)
+
+
+def _span(shape, stride) -> int:
+    """Elements of storage a layout reaches, from its first to its last."""
+    return 1 + sum((d - 1) * s for d, s in zip(shape, stride)) if all(shape) else 0
 
 
 def _copy(t: torch.Tensor) -> torch.Tensor:
     """t's values in the same layout (stride-0 and other overlapping views too)."""
-    n = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) if all(t.shape) else 0
+    n = _span(t.shape, t.stride())
     if n == 0:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
     return t.detach().as_strided((n,), (1,)).clone().as_strided(t.shape, t.stride())
@@ -163,11 +166,6 @@ def record(fn: Callable[[], Any]) -> Trace:
     return trace
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _last_uses(trace: Trace) -> dict[int, list[int]]:
     """For each call, the earlier calls whose outputs it is the last to read: the
     replay drops them there, so it holds about what the step held."""
@@ -253,11 +251,7 @@ class Replay:
     def once(self) -> float:
         """Seconds of one pass over the operators, each reading what the calls before
         it returned."""
-        _sync(self.device)
-        t0 = time.perf_counter()
-        _one_pass(self.program, self.externals)
-        _sync(self.device)
-        return time.perf_counter() - t0
+        return seconds(lambda: _one_pass(self.program, self.externals), self.device)
 
 
 def minimal(cfg: ModelConfig, train: TrainConfig) -> tuple[ModelConfig, TrainConfig]:
@@ -288,14 +282,6 @@ class ComputeProbe:
     @property
     def compute_s(self) -> float:
         return self.kernels_s + self.framework_s
-
-
-def _seconds(fn: Callable[[], Any], device: torch.device) -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - t0
 
 
 ForwardBackward = Callable[[ModelConfig, TrainConfig], Callable[[], Any]]
@@ -380,6 +366,6 @@ def _interleaved(small: Callable[[], Any], replayed: Replay, device: torch.devic
     small()
     steps, replays = [], []
     for _ in range(reps):
-        steps.append(_seconds(small, device))
+        steps.append(seconds(small, device))
         replays.append(replayed.once())
     return steps, replays
