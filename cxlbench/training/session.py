@@ -156,7 +156,6 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
                 f"{k} {v / 1e6:.0f}M params/s" for k, v in sorted(impl_rates.items(), key=lambda kv: -kv[1])))
     finally:
         engine.close()
-    device = engine.device
     if compute is not None:
         rates = replace(rates, compute_s=compute.compute_s)
 
@@ -166,12 +165,12 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
         tokens_per_step=train.batch * train.seq_len,
         # bf16 crosses PCIe in our engine; FSDP2 moves fp32 shards (reduce_dtype fp32, then
         # casts on the GPU); a CPU run copies fp32
-        grad_bytes=2 if device.type == "cuda" and spec.engine == "offload" else 4,
-        param_bytes=2 if device.type == "cuda" and spec.engine == "offload" else 4,
+        grad_bytes=2 if engine.cuda and spec.engine == "offload" else 4,
+        param_bytes=2 if engine.cuda and spec.engine == "offload" else 4,
         nvme_bytes=(12 if spec.placement.params == "nvme" else 8) if spec.placement.optimizer == "nvme" else 0,
         offload=spec.engine != "none", chunks=max(1, -(-numel // max(1, train.chunk_params))))
     overlap = {"none": "none", "fsdp2_cpu_offload": "serial"}.get(
-        spec.engine, "overlapped" if device.type == "cuda" else "serial")
+        spec.engine, "overlapped" if engine.cuda else "serial")
     prediction = predict(workload, rates, overlap)
     measured = {"compute": statistics.median(s.forward_s + s.backward_s for s in steps),
                 "optimizer": statistics.median(s.optimizer_s + s.nvme_read_s + s.nvme_write_s for s in steps)}
@@ -218,9 +217,8 @@ def _compute_probe(engine, spec: RunSpec, cfg: ModelConfig, train: TrainConfig) 
     if spec.placement.activations != "device":
         engine.notes.append("compute probe: its twin keeps activations on the device; the stash's "
                             "copies to the host tier are in the measured step, in no model term")
-    item = torch.tensor([], dtype=param_dtype or torch.float32).element_size()
     return replay.Probe(_twin(spec.engine, engine.device, param_dtype), cfg, train, engine.device,
-                        item, engine.notes)
+                        (param_dtype or torch.float32).itemsize, engine.notes)
 
 
 def _verify_device_state(engine, spec: RunSpec, nodes_of) -> list[dict]:
@@ -258,7 +256,7 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
         # the engine's own copies: one per parameter tensor down, one per chunk back
         d2h = probes.copy_spans_Bps(engine.grads, engine.flat, _capped([(o, k) for _, o, k in engine.spans], n))
         src = engine.staging if engine.cuda else (engine.master if engine.master is not None else engine.grads)
-        chunks = [(s, min(engine.chunk, engine.numel - s)) for s in range(0, engine.numel, engine.chunk)]
+        chunks = [(s, e - s) for s, e in (engine.nvme or engine.host_opt).bounds]
         h2d = probes.copy_spans_Bps(engine.flat, src, _capped(chunks, n))
         evict = probes.evictor(spec.evict_bytes)
         if engine.nvme is None:
