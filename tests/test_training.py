@@ -729,7 +729,7 @@ def test_the_report_puts_each_phase_beside_its_model_term():
     (row,) = step_breakdown.rows(pd.DataFrame(rows)).itertuples()
     assert (row.step, row.step_model) == (0.032, 0.044)
     assert row.compute == pytest.approx(0.03) and row.transfer_model == pytest.approx(0.0015)
-    (cells,) = step_breakdown.table(pd.DataFrame(rows))["rows"]
+    (cells,) = step_breakdown.table(step_breakdown.rows(pd.DataFrame(rows)))["rows"]
     assert "0.73 (off)" in cells                       # 32 / 44 ms: more than 20% from the model
 
 
@@ -743,5 +743,6 @@ def test_the_report_draws_each_placement_relative_to_the_runs_best():
                 "params_on": tier}
         rows += [dict(base, metric="tokens_per_s", value=tps), dict(base, metric="step_time_s", value=1024 / tps),
                  dict(base, metric="predicted_step_s", value=1024 / tps, model_compute_s=1024 / tps)]
-    chart = step_breakdown.relative_chart(pd.DataFrame(rows), build.ChartMaker("r", ["ddr0", "nvme0"]))
+    chart = step_breakdown.relative_chart(step_breakdown.rows(pd.DataFrame(rows)),
+                                          build.ChartMaker("r", ["ddr0", "nvme0"]))
     assert "100% · 30,000 tokens/s" in chart["svg"] and "50% · 15,000 tokens/s" in chart["svg"]

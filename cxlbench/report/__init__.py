@@ -66,13 +66,10 @@ def run_context(run: Run) -> dict[str, Any]:
                                  **drift_section.section(run.samples, meta, maker)})
                 continue
             allowed = build.requested_params([meta], bench, pts.attrs.get("axes", []))
-            model = step_breakdown.table(run.samples) if bench == "training" else None
-            relative = step_breakdown.relative_chart(run.samples, maker) if bench == "training" else None
             families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,
                              "description": show["description"],
                              "charts": build.family_charts(fam, show, marks, maker, allowed=allowed),
-                             "lead_charts": [relative] if relative else [],
-                             "lead_tables": [model] if model else [],
+                             **(step_breakdown.section(run.samples, maker) if bench == "training" else {}),
                              "tables": build.points_tables(fam, allowed),
                              "advice": _advice(run, maker) if bench == "training" else None})
     status = str(meta.get("status", "unknown"))

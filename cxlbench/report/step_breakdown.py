@@ -61,9 +61,15 @@ def _pair(measured: float, model: float) -> str:
     return f"{measured * 1e3:.3g} / {model * 1e3:.3g}" if model else f"{measured * 1e3:.3g} / —"
 
 
-def table(samples: pd.DataFrame) -> dict[str, Any] | None:
-    """The table for the training section (the points_table macro's shape)."""
+def section(samples: pd.DataFrame, maker) -> dict[str, list]:
+    """What leads the training section: the relative chart, then the table."""
     r = rows(samples)
+    chart, model = relative_chart(r, maker), table(r)
+    return {"lead_charts": [chart] if chart else [], "lead_tables": [model] if model else []}
+
+
+def table(r: pd.DataFrame) -> dict[str, Any] | None:
+    """The table of `rows` for the training section (the points_table macro's shape)."""
     if r.empty:
         return None
     headers = ["tier", "engine", "params on", "step measured (ms)", "step model (ms)", "measured ÷ model",
@@ -82,10 +88,9 @@ def table(samples: pd.DataFrame) -> dict[str, Any] | None:
             "headers": headers, "numeric": [3, 4, 5, 6, 7, 8], "rows": body, "more": 0}
 
 
-def relative_chart(samples: pd.DataFrame, maker) -> dict[str, Any] | None:
-    """Measured tokens/s of each placement relative to the run's best: the chart the
-    advisor draws from the model, here from the steps themselves."""
-    r = rows(samples)
+def relative_chart(r: pd.DataFrame, maker) -> dict[str, Any] | None:
+    """Measured tokens/s of each placement (`rows`) relative to the run's best: the
+    chart the advisor draws from the model, here from the steps themselves."""
     if len(r) < 2:
         return None
     best = r["tokens_per_s"].max()
