@@ -15,23 +15,20 @@ from typing import Any
 import pandas as pd
 
 from cxlbench.version import __version__
-from cxlbench.analysis.history import History, PointChange, display_label, trends
+from cxlbench.analysis.history import History, PointChange, trends
 from cxlbench.report import _css, build, environment
 from cxlbench.report.plots import Chart, Series
 from cxlbench.results.store import atomic_write
 
 
-def _label(s: pd.DataFrame) -> str:
-    return display_label(s["label"].iloc[0], s["relative_to"].iloc[0] if "relative_to" in s.columns else "")
-
-
-def _chart(s: pd.DataFrame, cps: list[PointChange], marks: list[tuple[float, str]], color: str) -> Chart:
+def _chart(s: pd.DataFrame, title: str, cps: list[PointChange], marks: list[tuple[float, str]],
+           color: str) -> Chart:
     x = (s["position"] + 1).tolist()
     series = Series("", x, s["median"].tolist(), s["lo"].tolist(), s["hi"].tolist(), color)
     steps = [(c.change.index + 0.5, f"{c.change.magnitude * 100:+.1f}%") for c in cps]
     unit = s["unit"].iloc[0]
     better = "lower" if s["better"].iloc[0] == "lower" else "higher"
-    return Chart(_label(s), "run (oldest first)", f"{unit} ({better} is better)", [series],
+    return Chart(title, "run (oldest first)", f"{unit} ({better} is better)", [series],
                  marks=steps + marks)
 
 
@@ -40,14 +37,15 @@ def trend_context(h: History, changes: list[PointChange]) -> dict[str, Any]:
     env_marks = [(c.position + 0.5, c.field) for c in h.changes]
     pos = dict(zip(h.runs["run_id"], h.runs["position"]))
     env_marks += [(pos[m.run_id] + 0.5, "accepted") for m in h.markers]
-    charts = []
+    charts, listed = [], trends(h, changes)
+    names = {t.point: t.name for t in listed}
     table = [[t.name, f"{build.num(t.median)} {t.unit}", f"±{t.noise * 100:.1f}%" if math.isfinite(t.noise)
-              else "—", build.num(t.latest), t.steps] for t in trends(h, changes)]
+              else "—", build.num(t.latest), t.steps] for t in listed]
     for point, s in h.rows.groupby("point", sort=False):
         s = s.sort_values("position")
         cps = [c for c in changes if c.point == point]
         if s["headline"].iloc[0] or cps or s["benchmark"].iloc[0] == "sentinel":
-            chart = _chart(s, cps, env_marks, maker.color(s["target"].iloc[0] + "|"))
+            chart = _chart(s, names[point], cps, env_marks, maker.color(s["target"].iloc[0] + "|"))
             charts.append({"svg": maker.svg(chart), "wide": False})
     runs = [{"n": int(r.position) + 1, "run_id": r.run_id, "started": f"{r.started:%Y-%m-%d %H:%M}",
              "label": r.run_label or "", "kernel": r.kernel, "bios": r.bios or "—", "thp": r.thp,
