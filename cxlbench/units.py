@@ -36,11 +36,11 @@ def format_size(n: int | float) -> str:
 
 def format_count(n: float, sep: str = "") -> str:
     """A count in three figures with a decimal prefix: 131392 -> 131k, 4194304 -> 4.19M,
-    1.5e9 -> 1.5G (sep goes between number and prefix: '131 k')."""
-    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+    1.5e9 -> 1.5G, 2e12 -> 2T (sep goes between number and prefix: '131 k')."""
+    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= scale:
             return f"{n / scale:.3g}{sep}{unit}"
-    return f"{n:g}"
+    return f"{n:.3g}"
 
 
 def format_number(x: float | None, sig: int = 3) -> str:

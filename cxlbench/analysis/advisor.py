@@ -21,7 +21,6 @@ predicts from the rates, on a GPU the results may never have seen.
 """
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ import pandas as pd
 from cxlbench.results.store import Run, find_runs, load_run, machine_of
 from cxlbench.training.configs import MODELS, model_config, train_config
 from cxlbench.training.stepmodel import Rates, Workload, predict, tokens_to_hide_optimizer
-from cxlbench.units import tier_order
+from cxlbench.units import format_count, tier_order
 
 MEASURED, DATASHEET, ASSUMED = "measured", "datasheet", "assumed"
 #: Tier kinds, the least costly per byte first: the rule that names a placement.
@@ -83,7 +82,7 @@ class Figure:
     @property
     def shown(self) -> str:
         if self.unit == "params/s":
-            return f"{_count(self.value)} params/s"
+            return f"{format_count(self.value, ' ')} params/s"
         if self.unit == "":
             return f"{self.value:.2f}"
         return f"{_num(self.value)} {self.unit}"
@@ -166,13 +165,6 @@ class Inputs:
         return out
 
 
-def _count(x: float) -> str:
-    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.3g}"
-
-
 def _num(x: float) -> str:
     if x >= 100:
         return f"{x:,.0f}"
@@ -190,8 +182,8 @@ def _measured(run: Run, case_id: str) -> Source:
     text = f"run {run.run_id} on {machine_of(run.meta)} ({cpu}), case {case_id}"
     target = case_id.split("/")[2] if case_id.count("/") >= 2 else ""
     tier = next((t for t in run.meta.get("tiers") or [] if t.get("name") == target), {})
-    if tier.get("declared"):
-        text += f"; tier declared {tier['declared']} ({tier.get('evidence', '')})"
+    if tier.get("declared"):          # its evidence names the declaration and what discovery found
+        text += f"; {tier.get('evidence') or 'declared ' + tier['declared']}"
     return Source(MEASURED, text)
 
 
@@ -398,6 +390,19 @@ def _gpu_from_datasheet(spec: GpuSpec, mfu: float, runs: Sequence[Run]) -> GpuIn
                      [peak, mfu_fig, hbm_bw], datasheet=True)
 
 
+def _check_model(model: str) -> None:
+    if model not in MODELS:
+        raise AdviceError(f"unknown model {model!r}: one of {', '.join(MODELS)} (training/configs.py)")
+
+
+def _gpu_entry(name: str) -> GpuSpec:
+    gpus = load_gpus()
+    if name not in gpus:
+        raise AdviceError(f"unknown GPU {name!r}: the datasheet entries are {', '.join(sorted(gpus))} "
+                          f"(cxlbench/analysis/gpus.toml); leave --gpu out to use a GPU training run")
+    return gpus[name]
+
+
 def load_runs(paths: Iterable[str | Path]) -> list[Run]:
     """Every run at or below the paths (run directories or results folders)."""
     return [load_run(r) for p in paths for r in find_runs(p)]
@@ -412,11 +417,7 @@ def gather(runs: Sequence[Run], gpu: str | None = None, mfu: float = DEFAULT_MFU
     tiers, skipped = _host_tiers(runs)
     why = ""
     if gpu is not None:
-        gpus = load_gpus()
-        if gpu not in gpus:
-            raise AdviceError(f"unknown GPU {gpu!r}: the datasheet entries are {', '.join(sorted(gpus))} "
-                              f"(cxlbench/analysis/gpus.toml); leave --gpu out to use a GPU training run")
-        gpu_inputs = _gpu_from_datasheet(gpus[gpu], mfu, runs)
+        gpu_inputs = _gpu_from_datasheet(_gpu_entry(gpu), mfu, runs)
     else:
         gpu_inputs = _gpu_from_runs(runs, model)
         if gpu_inputs is None:
@@ -501,6 +502,9 @@ class Advice:
                 f"({self.best.label}, {self.best.tokens_per_s:,.0f} tokens/s)")
 
 
+#: A placement's terms, in the order the table and the page list them
+TERMS = ("compute", "d2h", "h2d", "optimizer", "nvme")
+
 #: How the terms of a row add up to its step (training/stepmodel.py), for the reader
 COMBINE = ("step = compute + max(0, d2h − ⅔·compute) + max(optimizer, nvme, h2d) + h2d/chunks for the state on a "
            "host tier (the offload engine, \"overlapped\"); compute + optimizer for the state in HBM (\"none\")")
@@ -510,8 +514,7 @@ def advise_inputs(inputs: Inputs, model: str, tiers: Sequence[str] | None = None
                   batch: int | None = None, seq: int | None = None) -> Advice:
     """Price each placement the inputs allow (tiers: kinds or tier names; default every
     kind), rank them, and name the cheapest within `within` of the best."""
-    if model not in MODELS:
-        raise AdviceError(f"unknown model {model!r}: one of {', '.join(MODELS)} (training/configs.py)")
+    _check_model(model)
     if not 0 <= within < 1:
         raise AdviceError(f"--within {within * 100:g}% must lie between 0 and 100%")
     if inputs.gpu is None:
@@ -621,7 +624,7 @@ def _others(wanted: Sequence[str], sel: str) -> str:
 
 def _notes(inputs: Inputs, placements: list[Placement], cfg, tokens: int, within: float) -> list[str]:
     notes = []
-    balance = [f"{p.tier} {_count(p.balance_tokens).replace(' ', '')}" for p in placements if p.balance_tokens]
+    balance = [f"{p.tier} {format_count(p.balance_tokens)}" for p in placements if p.balance_tokens]
     if balance:
         notes.append("batch size: the host's update (optimizer, NVMe I/O) lasts as long as the compute at about "
                      f"{', '.join(balance)} tokens per step (T* = F_eff / (6 × params/s), REFERENCES.md; now "
@@ -655,11 +658,9 @@ def advise(paths: Iterable[str | Path], model: str, gpu: str | None = None, mfu:
            within: float = 0.10, tiers: Sequence[str] | None = None, batch: int | None = None,
            seq: int | None = None) -> Advice:
     """The advice from the runs at or below `paths` (run directories or results folders)."""
-    if model not in MODELS:
-        raise AdviceError(f"unknown model {model!r}: one of {', '.join(MODELS)} (training/configs.py)")
-    if gpu is not None and gpu not in load_gpus():
-        raise AdviceError(f"unknown GPU {gpu!r}: the datasheet entries are {', '.join(sorted(load_gpus()))} "
-                          f"(cxlbench/analysis/gpus.toml); leave --gpu out to use a GPU training run")
+    _check_model(model)                  # before reading any run: a typo is one line at once
+    if gpu is not None:
+        _gpu_entry(gpu)
     runs = load_runs(paths)
     return advise_inputs(gather(runs, gpu, mfu, model), model, tiers, within, batch, seq)
 
@@ -682,4 +683,4 @@ def gpu_config(runs: Sequence[Run]) -> str | None:
 
 __all__ = ["advise", "advise_inputs", "gather", "load_gpus", "load_runs", "held_tiers", "gpu_config",
            "Advice", "AdviceError", "Figure", "GpuSpec", "Inputs", "Placement", "Source",
-           "MEASURED", "DATASHEET", "ASSUMED", "COST_ORDER", "COMBINE", "DEFAULT_MFU"]
+           "MEASURED", "DATASHEET", "ASSUMED", "COST_ORDER", "COMBINE", "DEFAULT_MFU", "TERMS"]

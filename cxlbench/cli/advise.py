@@ -18,9 +18,6 @@ from cxlbench.units import format_count, format_number
 if TYPE_CHECKING:
     from cxlbench.analysis.advisor import Advice
 
-TERMS = ("compute", "d2h", "h2d", "optimizer", "nvme")
-
-
 def advise(results: Sequence[str], model: str, gpu: str | None = None, mfu: float | None = None,
            within: float = 0.10, tiers: Sequence[str] | None = None, out: str | None = None,
            batch: int | None = None, seq: int | None = None) -> int:
@@ -39,23 +36,19 @@ def advise(results: Sequence[str], model: str, gpu: str | None = None, mfu: floa
     return 0
 
 
-def _s(seconds: float | None) -> str:
-    return "—" if seconds is None else format_number(seconds)
-
-
 def _pct(x: float) -> str:
     return f"{x * 100:.3g}%"
 
 
 def advice_text(a: "Advice") -> str:
-    from cxlbench.analysis.advisor import COMBINE
+    from cxlbench.analysis.advisor import COMBINE, TERMS
     from cxlbench.analysis.compare import text_table
     lines = [f"{a.model} ({format_count(a.n_params)} params) on one {a.gpu}; batch {a.batch} × seq {a.seq} = "
              f"{a.tokens_per_step:,} tokens per step",
              "MODELLED, not measured: training.stepmodel priced with the inputs below; per row, " + COMBINE, ""]
     fitting = [p for p in a.placements if p.fits]
-    rows = [[p.label, f"{p.device_bytes / 2**30:.0f} GiB", _s(p.step_s), format_number(p.tokens_per_s),
-             _pct(p.relative), *(_s(p.terms.get(t)) for t in TERMS)] for p in fitting]
+    rows = [[p.label, f"{p.device_bytes / 2**30:.0f} GiB", format_number(p.step_s), format_number(p.tokens_per_s),
+             _pct(p.relative), *(format_number(p.terms.get(t)) for t in TERMS)] for p in fitting]
     lines += [] if not rows else text_table(["placement", "HBM need", "step s", "tokens/s", "vs best",
                          *(f"{t} s" for t in TERMS)], rows, set(range(1, 10)))
     for p in a.placements:

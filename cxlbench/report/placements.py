@@ -13,19 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cxlbench.analysis.advisor import (COMBINE, DATASHEET, Advice, AdviceError, advise_inputs, gather, gpu_config,
+from cxlbench.analysis.advisor import (COMBINE, DATASHEET, TERMS, Advice, AdviceError, advise_inputs, gather, gpu_config,
                                        held_tiers)
 from cxlbench.report import build
 from cxlbench.report.plots import Chart, Series
 from cxlbench.results.store import Run
 from cxlbench.units import format_count, format_number
-
-TERMS = ("compute", "d2h", "h2d", "optimizer", "nvme")
-
-
-def _s(x: float | None) -> str:
-    return "—" if x is None else format_number(x)
-
 
 def _bare(url: str) -> str:
     """An address as text: without its scheme, so the page holds no link to follow."""
@@ -48,10 +41,10 @@ def advice_section(a: Advice, maker: build.ChartMaker) -> dict[str, Any]:
     rows = []
     for p in a.placements:
         rows.append({"label": p.label, "tier": p.tier, "kind": p.kind, "fits": p.fits, "verdict": p.verdict,
-                     "need": f"{p.device_bytes / 2**30:,.0f} GiB", "step": _s(p.step_s),
+                     "need": f"{p.device_bytes / 2**30:,.0f} GiB", "step": format_number(p.step_s),
                      "tokens": format_number(p.tokens_per_s),
                      "relative": f"{p.relative * 100:.3g}%" if p.relative is not None else "—",
-                     "terms": [_s(p.terms.get(t)) for t in TERMS],
+                     "terms": [format_number(p.terms.get(t)) for t in TERMS],
                      "named": p is a.choice, "best": p is a.best})
     inputs = [{"kind": f.source.kind, "name": f.name, "value": f.shown, "detail": f.detail,
                "source": f.source.text, "where": _bare(f.source.url)} for f in a.inputs.figures()]
