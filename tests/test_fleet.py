@@ -58,6 +58,7 @@ def test_the_matrix_groups_machines_by_configuration_and_flags_the_one_off_its_m
     assert sorted(fleet.machines) == ["cxl-a", "cxl-b"] and len(fleet.machines["cxl-a"]) == 4
     cell = fleet.cell("cxl-a", "ddr0", "idle latency")
     assert cell.low == pytest.approx(99, rel=0.01) and cell.high == pytest.approx(130, rel=0.01)
+    assert cell.median == pytest.approx(100.5, rel=0.01) and cell.lo <= cell.median <= cell.hi
     assert cell.spread == pytest.approx(31 / cell.median, rel=0.05)
     assert [(o.configuration, o.machine) for o in fleet.outliers] == [("cxl-a", "a3")]
     [row] = contrast(fleet, "cxl-a", "cxl-b", threshold=0.05)

@@ -141,7 +141,8 @@ def gather(runs: list[Run], threshold: float = OUTLIER_THRESHOLD) -> FleetFigure
             found = {m.name: f for m in members if (f := m.figure(tier, column)) is not None}
             first = next(iter(found.values()))
             meds = np.array([f.median for f in found.values()], dtype=float)
-            med, lo, hi = median_ci(meds) if len(meds) > 1 else (float(meds[0]), math.nan, math.nan)
+            lo, hi, _ = median_ci(meds) if len(meds) > 1 else (math.nan, math.nan, 0.0)
+            med = float(np.median(meds))
             better = next(m.better.get((first.family, first.metric), "lower") for m in members)
             cell = Cell(conf, tier, column, first.unit, better, first.digits, float(med), lo, hi,
                         float(meds.min()), float(meds.max()), {n: f.median for n, f in found.items()})
