@@ -31,10 +31,44 @@ def test_median_ci():
     lo, hi, cover = stats.median_ci([5, 1, 4, 2, 3])
     assert (lo, hi) == (1, 5) and cover == 0.9375
     assert stats.median_ci([7.0])[:2] == (7.0, 7.0)
+    assert stats.median_ci([3.0, 5.0]) == (3.0, 5.0, 0.5)
     assert math.isnan(stats.median_ci([])[0])
     assert stats.median([1, 2, np.nan, 3]) == 2
     assert stats.robust_cv([100, 100, 100, 100]) == 0
     assert stats.robust_cv([100, 101, 99, 100, 1000]) < 0.02      # one outlier doesn't drag it
+
+
+def test_with_eight_values_the_median_interval_steps_inside_an_outlier_and_holds_95_percent():
+    lo, hi, cover = stats.median_ci([1, 2, 3, 4, 5, 6, 7, 100])
+    assert cover == 0.95 and 1.9 < lo < 2 and 7 < hi < 13       # not min..max (1, 100): 99.2%
+    d, lam, _ = stats.median_interpolation(8)
+    assert d == 1 and lo == pytest.approx(lam * 2 + (1 - lam) * 1)
+
+
+@pytest.mark.parametrize("draw", [lambda r, n: r.normal(0, 1, n), lambda r, n: r.exponential(1, n),
+                                  lambda r, n: np.where(r.random(n) < 0.1, 3.0, 1.0) * r.normal(1, 0.03, n)],
+                         ids=["normal", "exponential", "outliers"])
+def test_the_interpolated_median_interval_covers_as_asked_and_is_narrower_than_min_to_max(draw):
+    rng = np.random.default_rng(7)
+    truth = float(np.median(draw(rng, 1_000_000)))
+    hits, narrower = 0, 0
+    for _ in range(3000):
+        x = draw(rng, 8)
+        lo, hi, _ = stats.median_ci(x)
+        hits += lo <= truth <= hi
+        narrower += hi - lo < x.max() - x.min()
+    assert 0.935 < hits / 3000 < 0.965 and narrower > 2900
+
+
+def test_a_runs_points_carry_the_same_median_interval_as_median_ci():
+    from cxlbench.analysis.reduction import points
+    rng = np.random.default_rng(3)
+    rows = [{"run_id": "r", "case_id": f"c{n}", "benchmark": "b", "metric": "m", "value": v, "repetition": i}
+            for n in (1, 2, 5, 8, 13) for i, v in enumerate(rng.lognormal(0, 0.2, n))]
+    for row in points(pd.DataFrame(rows)).itertuples():
+        values = [r["value"] for r in rows if r["case_id"] == row.case_id]
+        lo, hi, cover = stats.median_ci(values)
+        assert (row.lo, row.hi, row.coverage) == pytest.approx((lo, hi, cover)) and row.n == len(values)
 
 
 @pytest.mark.parametrize("p,df,expected", [(0.975, 1, 12.7062), (0.975, 8, 2.3060), (0.95, 8, 1.8595),

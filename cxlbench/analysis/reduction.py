@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cxlbench.analysis.stats import order_stat_rank
+from cxlbench.analysis.stats import median_interpolation
 from cxlbench.results.schema import CORE_COLUMNS
 
 BASE_KEY = ["run_id", "case_id", "metric"]
@@ -106,8 +106,8 @@ def _fmt_axis(v) -> str:
 
 
 def points(reps: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """One row per point: n (repetitions), median, its order-statistic interval
-    (lo, hi, coverage), min, max, rcv (1.4826·MAD/median) and the point's
+    """One row per point: n (repetitions), median, its interval (lo, hi, coverage;
+    stats.median_ci's interpolated order statistics), min, max, rcv (1.4826·MAD/median) and the point's
     parameters (first value seen; a found page size, for instance)."""
     axes = axis_columns(reps)
     key = BASE_KEY + axes
@@ -130,17 +130,19 @@ def points(reps: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     counts = np.bincount(gid, minlength=len(out))
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     med = (vs[starts + (counts - 1) // 2] + vs[starts + counts // 2]) / 2
-    ranks = {n: order_stat_rank(int(n), confidence) for n in np.unique(counts)}
-    k = np.array([ranks[n][0] for n in counts])
+    steps = {n: median_interpolation(int(n), confidence) for n in np.unique(counts)}
+    d = np.array([steps[n][0] for n in counts])
+    lam = np.array([steps[n][1] for n in counts])
     dev = np.abs(vs - med[gs])
     dsorted = dev[np.lexsort((dev, gs))]
     mad = (dsorted[starts + (counts - 1) // 2] + dsorted[starts + counts // 2]) / 2
 
     out["n"] = counts
     out["median"] = med
-    out["lo"] = vs[starts + k - 1]
-    out["hi"] = vs[starts + counts - k]
-    out["coverage"] = [ranks[n][1] for n in counts]
+    inner = np.minimum(d, counts - 1)           # one value: d = 1, and no step inward
+    out["lo"] = lam * vs[starts + inner] + (1 - lam) * vs[starts + d - 1]
+    out["hi"] = lam * vs[starts + counts - inner - 1] + (1 - lam) * vs[starts + counts - d]
+    out["coverage"] = [steps[n][2] for n in counts]
     out["min"] = vs[starts]
     out["max"] = vs[starts + counts - 1]
     with np.errstate(divide="ignore", invalid="ignore"):
