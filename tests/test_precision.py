@@ -86,3 +86,34 @@ def test_a_process_that_keeps_nothing_still_uses_up_its_repetitions(tmp_path):
     assert case["info"]["precision"]["stop"] == "the cap of 9 repetitions"
     assert case["info"]["precision"]["repetitions"] == 4                 # kept; 9 were run
     assert [p["repetitions"] for p in case["info"]["processes"]][4:] == [[4, 4], [5, 5], [6, 6], [7, 7], [8, 8]]
+
+
+def planned_case(estimate_s: float, target: float = 0.05):
+    from types import SimpleNamespace as NS
+    return NS(spec=NS(precision=target, max_repetitions=20), one_process=False, skip=None,
+              case=Case("x", "cpu:node0", "ddr0", "ddr", repetitions=5), processes=1, estimate_s=estimate_s)
+
+
+def extra_passes(planned, precisions, budget_s):
+    """The cases adaptive() gives processes to, in order, with each case's precision
+    held as given and every process taking its estimate off the budget."""
+    from cxlbench.runner import processes
+    results = {i: result([100.0] * 5) for i in range(len(planned))}
+    held = {id(r): precisions[i] for i, r in results.items()}
+    extra, spent, served = processes.Extra({}, {}), [0.0], []
+    progress = type("P", (), {"add": lambda self, s: None})()
+    for piece, estimate in processes.adaptive(planned, results, lambda r: held[id(r)],
+                                              lambda: budget_s - spent[0], progress, extra):
+        served.append(piece.index)
+        spent[0] += estimate
+    return served, extra.stopped
+
+
+def test_the_last_extra_processes_go_to_the_cases_nearest_their_target():
+    served, stopped = extra_passes([planned_case(1.0) for _ in range(3)], [0.50, 0.06, 0.20], 2.5)
+    assert served == [1, 2] and stopped == "the time budget"           # 1.2 s each: room for two
+
+
+def test_a_case_too_long_for_the_time_left_gives_way_to_a_shorter_one():
+    served, stopped = extra_passes([planned_case(50.0), planned_case(1.0)], [0.06, 0.30], 2.5)
+    assert served == [1, 1] and stopped == "the time budget"

@@ -138,9 +138,11 @@ def _reps(result: CaseResult) -> set[int]:
 def adaptive(planned: list, results: dict[int, CaseResult], precision_of: Callable[[CaseResult], float],
              left: Callable[[], float | None], progress, extra: Extra) -> Iterator[tuple[Slice, float]]:
     """After the planned passes: pass after pass, one more process for each case
-    whose precision is short of its target, until none is, or the time budget
-    would be spent (the next process's estimate is more than what is left).
-    Every process takes repetition numbers no process had, never past the cap."""
+    whose precision is short of its target, until none is, or the time budget has
+    no room for another process. Within a pass the cases nearest their targets go
+    first, and a case whose next process does not fit what is left gives way to
+    cheaper ones: the last minutes go where they decide a case. Every process
+    takes repetition numbers no process had, never past the cap."""
     for i, p in enumerate(planned):
         extra.ran.setdefault(i, p.case.repetitions)
         extra.processes.setdefault(i, p.processes)
@@ -149,18 +151,27 @@ def adaptive(planned: list, results: dict[int, CaseResult], precision_of: Callab
                and wants_more(p, results[i], precision_of(results[i]), extra.ran[i])]
         if not due:
             return
-        for i in due:
+        served = 0
+        for i in sorted(due, key=lambda i: _shortfall(planned[i], precision_of(results[i]))):
             p, first = planned[i], extra.ran[i]
             count = min(max(1, math.ceil(p.case.repetitions / max(p.processes, 1))), cap(p) - first)
             estimate = estimate_for(p, count)
             budget = left()
             if budget is not None and budget < estimate:
-                extra.stopped = "the time budget"
-                return
+                continue
+            served += 1
             extra.processes[i] += 1
             extra.ran[i] = first + count
             progress.add(estimate)
             yield Slice(i, extra.processes[i] - 1, extra.processes[i], first, count, cap(p)), estimate
+        if not served:
+            extra.stopped = "the time budget"
+            return
+
+
+def _shortfall(p, precision: float) -> float:
+    """How far a case's precision is from its target (1: there); unknown ones last."""
+    return precision / p.spec.precision if math.isfinite(precision) else math.inf
 
 
 def estimate_for(p, count: int) -> float:
