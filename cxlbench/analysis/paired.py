@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -104,10 +104,35 @@ def judge_session(path: str | Path, threshold: float | str | None = None,
     """Every pair of the session, every configuration against the first."""
     record = load_session(path)
     th = parse_fraction(threshold if threshold is not None else record.get("threshold", "10%"))
+    out = SessionVerdicts([c["name"] for c in record["configs"]], th)
+    for r in session_rounds(record):
+        ratio = paired_ratio(r.base, r.current, confidence)
+        change = judge(ratio, r.better, th)
+        needed = rounds_needed(ratio, th) if change.verdict == INCONCLUSIVE else float(ratio.n_base)
+        out.verdicts.append(PairedVerdict(r.index, r.benchmark, r.metric, r.point, out.configs[r.config],
+                                          change, ratio.n_base, needed))
+    return out
+
+
+@dataclass(frozen=True)
+class PairRounds:
+    """One point of one pair: the baseline's and a configuration's value in each
+    round (NaN where a round has none)."""
+    index: int
+    benchmark: str
+    metric: str
+    better: str
+    point: str
+    config: int                # the configuration's place; 0 is the baseline
+    base: list[float]
+    current: list[float]
+
+
+def session_rounds(record: dict[str, Any]) -> Iterator[PairRounds]:
+    """Every point of every pair of a session record, each configuration against the first."""
     runs = [load_run(c["run"]) for c in record["configs"]]
     per_round = record.get("repetitions", 1)
     rounds = [_rounds(r.samples, per_round) for r in runs]
-    out = SessionVerdicts([c["name"] for c in record["configs"]], th)
     for pair in record["pairs"]:
         base_id = pair["cases"][0]
         for k in range(1, len(runs)):
@@ -117,15 +142,9 @@ def judge_session(path: str | Path, threshold: float | str | None = None,
                     continue
                 metric, better, axes = key
                 idx = sorted(set(base) | set(cur))
-                ratio = paired_ratio([base.get(r, math.nan) for r in idx],
-                                     [cur.get(r, math.nan) for r in idx], confidence)
-                change = judge(ratio, better, th)
-                point = " vs ".join(dict.fromkeys([base_id, pair["cases"][k]])) + \
-                    ("|" + axes if axes else "")
-                needed = rounds_needed(ratio, th) if change.verdict == INCONCLUSIVE else float(ratio.n_base)
-                out.verdicts.append(PairedVerdict(pair["index"], pair["benchmark"], metric, point,
-                                                  out.configs[k], change, ratio.n_base, needed))
-    return out
+                point = " vs ".join(dict.fromkeys([base_id, pair["cases"][k]])) + ("|" + axes if axes else "")
+                yield PairRounds(pair["index"], pair["benchmark"], metric, better, point, k,
+                                 [base.get(r, math.nan) for r in idx], [cur.get(r, math.nan) for r in idx])
 
 
 def _rounds(samples: pd.DataFrame, per_round: int) -> dict[str, dict[tuple, dict[int, float]]]:
