@@ -106,9 +106,10 @@ def _fmt_axis(v) -> str:
 
 
 def points(reps: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """One row per point: n (repetitions), median, its interval (lo, hi, coverage;
-    stats.median_ci's interpolated order statistics), min, max, rcv (1.4826·MAD/median) and the point's
-    parameters (first value seen; a found page size, for instance)."""
+    """One row per point: n (repetitions), median, its interval (lo, hi, coverage:
+    stats.median_ci's interpolated order statistics), min, max, rcv
+    (1.4826·MAD/median) and the point's parameters (first value seen; a found page
+    size, for instance)."""
     axes = axis_columns(reps)
     key = BASE_KEY + axes
     cols = ["point"] + key + [c for c in DESCRIPTIVE if c in reps.columns] + \
