@@ -162,3 +162,19 @@ def test_every_shipped_ab_file_plans_pairs_on_this_machine(path):
     from cxlbench.runner.ab import plan_sides
     sides = plan_sides(load_session(path), rounds=2)
     assert len(sides) == 2 and len(sides[0].planned) == len(sides[1].planned) > 0
+
+
+def test_a_pair_too_long_for_the_time_left_gives_way_to_shorter_ones():
+    from types import SimpleNamespace as NS
+
+    from cxlbench.runner import ab
+    sides = [NS(turn_s=[50.0, 1.0], results={}) for _ in range(2)]
+    calls, clock, extra = [], [0.0], {"rounds": {}}
+
+    def one(r, i):
+        calls.append((r, i))
+        clock[0] += sum(s.turn_s[i] for s in sides)
+    ab._extra_rounds(NS(precision=0.04, budget_s=10.0), sides, Path("."), lambda where, p, cap: {0, 1}, one,
+                     NS(add=lambda s: None), 3, 30, lambda: clock[0], extra)
+    assert calls == [(r, 1) for r in range(3, 8)]          # 2 s a round of pair 1; pair 0's 100 s never fit
+    assert extra == {"rounds": {"1": 5}, "stopped": "the time budget of 10 s"}

@@ -36,8 +36,8 @@ RUN_JSON, SAMPLES, PARTS = "run.json", "samples.parquet", "parts"
 
 
 
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def now_iso(timespec: str = "seconds") -> str:
+    return datetime.now(timezone.utc).isoformat(timespec=timespec)
 
 
 def safe_name(text: str) -> str:
