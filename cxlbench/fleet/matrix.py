@@ -17,7 +17,7 @@ import numpy as np
 
 from cxlbench.analysis.headlines import Figure, figures
 from cxlbench.analysis.reduction import points, rep_values, repetitions
-from cxlbench.analysis.stats import judge, median_ci, ratio_ci
+from cxlbench.analysis.stats import judge, median, median_ci, ratio_ci
 from cxlbench.results.schema import COMPLETE
 from cxlbench.results.store import Run, configuration_of, machine_of
 from cxlbench.units import tier_order
@@ -142,7 +142,7 @@ def gather(runs: list[Run], threshold: float = OUTLIER_THRESHOLD) -> FleetFigure
             first = next(iter(found.values()))
             meds = np.array([f.median for f in found.values()], dtype=float)
             lo, hi, _ = median_ci(meds) if len(meds) > 1 else (math.nan, math.nan, 0.0)
-            med = float(np.median(meds))
+            med = median(meds)
             better = next(m.better.get((first.family, first.metric), "lower") for m in members)
             cell = Cell(conf, tier, column, first.unit, better, first.digits, float(med), lo, hi,
                         float(meds.min()), float(meds.max()), {n: f.median for n, f in found.items()})

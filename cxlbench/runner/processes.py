@@ -147,12 +147,12 @@ def adaptive(planned: list, results: dict[int, CaseResult], precision_of: Callab
         extra.ran.setdefault(i, p.case.repetitions)
         extra.processes.setdefault(i, p.processes)
     while True:
-        due = [i for i, p in enumerate(planned) if i in results
-               and wants_more(p, results[i], precision_of(results[i]), extra.ran[i])]
+        now = {i: precision_of(r) for i, r in results.items()}
+        due = [i for i, p in enumerate(planned) if i in results and wants_more(p, results[i], now[i], extra.ran[i])]
         if not due:
             return
         served = 0
-        for i in sorted(due, key=lambda i: _shortfall(planned[i], precision_of(results[i]))):
+        for i in sorted(due, key=lambda i: _shortfall(planned[i], now[i])):
             p, first = planned[i], extra.ran[i]
             count = min(max(1, math.ceil(p.case.repetitions / max(p.processes, 1))), cap(p) - first)
             estimate = estimate_for(p, count)
