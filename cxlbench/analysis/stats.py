@@ -102,8 +102,9 @@ def median_interpolation(n: int, confidence: float = 0.95) -> tuple[int, float, 
     between the two neighbouring intervals lands on the confidence asked; in
     simulation (normal, lognormal, exponential, 10% outliers at 3x; 6 to 20
     values, 20 000 trials each) it held 94.2-95.3% where the plain one held
-    95.9-99.2%, at 0.4-1.0 of its width (the narrowest where a value is an outlier). With too few values to reach the confidence at all
-    (n ≤ 5 at 95%) it is min..max, λ = 0, and the coverage says what it holds."""
+    95.9-99.2%, at 0.4-1.0 of its width (the narrowest where a value is an
+    outlier). With too few values to reach the confidence at all (n ≤ 5 at 95%)
+    it is min..max, λ = 0, and the coverage says what it holds."""
     d, cover = order_stat_rank(n, confidence)
     # Too few values for the confidence, or too many for the binomial to be worth
     # summing (past 1000 the ranks' steps are ~1/sqrt(n) apart: the plain interval).
