@@ -30,7 +30,8 @@ import pandas as pd
 
 from cxlbench.results.store import Run, find_runs, load_run, machine_of
 from cxlbench.training.configs import MODELS, model_config, train_config
-from cxlbench.training.stepmodel import Rates, Workload, predict, tokens_to_hide_optimizer
+from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Rates, Workload, predict,
+                                         tokens_to_hide_optimizer)
 from cxlbench.units import format_count, tier_order
 
 MEASURED, DATASHEET, ASSUMED = "measured", "datasheet", "assumed"
@@ -41,14 +42,6 @@ DEFAULT_MFU = 0.40
 MFU_REASON = ("no GPU run gives this GPU's own MFU, and REFERENCES.md records no MFU "
               "figure to cite; 0.40 is a common figure for a well-tuned bf16 dense training run. "
               "Change it with --mfu")
-#: AdamW's traffic per parameter per step: fp32 p, m, v read and written, a gradient read
-#: (REFERENCES.md, "Training offload"): what a bandwidth-bound device AdamW moves
-ADAMW_BYTES = 28
-#: Activation bytes per token, per layer and per model dimension kept for backward in
-#: bf16 without recomputation (Korthikanti et al. 2022, the s·b·h·34 term; the
-#: attention-score term is left out, as flash attention does not store the scores).
-#: benchmarks/training.py sizes host activations with the same figure.
-ACT_BYTES = 34
 GPUS_FILE = Path(__file__).with_name("gpus.toml")
 GIB = 2**30
 
@@ -529,7 +522,7 @@ def advise_inputs(inputs: Inputs, model: str, tiers: Sequence[str] | None = None
     g = inputs.gpu
     flops = g.flops.value * 1e12
     capacity = int(g.hbm.value * GIB)
-    activations = ACT_BYTES * tokens * cfg.dim * cfg.n_layers
+    activations = ACTIVATION_BYTES * tokens * cfg.dim * cfg.n_layers
     placements = []
     for tier in chosen:
         if tier == "hbm":
@@ -635,8 +628,8 @@ def _notes(inputs: Inputs, placements: list[Placement], cfg, tokens: int, within
              "buffer on the state's tier (on DDR for NVMe), and the model's other gradient term, the d2h copy, "
              "is priced at the GPU's copy rate whichever tier the pinned buffer is on",
              "activations: the step model has no term for activation checkpoints on the host; they stay on the "
-             f"GPU, estimated at {ACT_BYTES} B × tokens × dim × layers "
-             f"({ACT_BYTES * tokens * cfg.dim * cfg.n_layers / GIB:.1f} GiB here) in its memory",
+             f"GPU, estimated at {ACTIVATION_BYTES} B × tokens × dim × layers "
+             f"({ACTIVATION_BYTES * tokens * cfg.dim * cfg.n_layers / GIB:.1f} GiB here) in its memory",
              "fits: bf16 params and grads on the GPU, plus fp32 master params and Adam moments for the state in "
              "HBM, plus activations; no room is counted for the CUDA context, allocator fragmentation or "
              "temporary buffers"]

@@ -32,6 +32,7 @@ from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics
 from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Initiator, Tier
+from cxlbench.training.stepmodel import ACTIVATION_BYTES, ADAMW_BYTES
 
 NAME = "training"
 #: A case's repetitions are the steady steps of one training run: never split
@@ -39,7 +40,6 @@ NAME = "training"
 ONE_PROCESS = True
 ENGINES = ("offload", "none", "fsdp2_cpu_offload")
 NO_GPU = "no GPU"
-ADAMW_BYTES_FP32_GRAD = 28      # p, m, v read + written (24) + fp32 grad read (4)
 
 METRICS = metrics(
     Metric("tokens_per_s", "tokens/s", "higher"),
@@ -316,7 +316,7 @@ def _host_needs(case: Case, cfg) -> dict[str, int]:
     else:
         add(case.target, 16 * n)
     if p["activations_on"] != "device":
-        per_layer = batch * seq * cfg.dim * (2 if p["activation_checkpointing"] else 34)
+        per_layer = batch * seq * cfg.dim * (2 if p["activation_checkpointing"] else ACTIVATION_BYTES)
         add(p["activations_on"], per_layer * cfg.n_layers)
     return needs
 
@@ -665,8 +665,8 @@ def _measure_optimizer(case: Case, env: Env, info: dict) -> list[Sample]:
         extra = {"impl": impl, "threads": info["threads"]}
         for i, rate in enumerate(rates):
             samples.append(Sample("params_per_s", rate, i, extra))
-            samples.append(Sample("bandwidth_GBps", rate * ADAMW_BYTES_FP32_GRAD / 1e9, i,
-                                  {**extra, "bytes_per_param": ADAMW_BYTES_FP32_GRAD}))
+            samples.append(Sample("bandwidth_GBps", rate * ADAMW_BYTES / 1e9, i,
+                                  {**extra, "bytes_per_param": ADAMW_BYTES}))
     info["skipped_impls"] = skipped
     info["median_params_per_s"] = medians
     if medians:

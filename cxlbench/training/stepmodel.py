@@ -30,6 +30,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: AdamW's traffic per parameter per step: fp32 p, m, v read and written (24) and an
+#: fp32 gradient read (4) (REFERENCES.md, "Training offload"): what a bandwidth-bound
+#: AdamW moves.
+ADAMW_BYTES = 28
+#: Activation bytes per token, per layer and per model dimension kept for backward in
+#: bf16 without recomputation (Korthikanti et al. 2022, the s·b·h·34 term; the
+#: attention-score term is left out, as flash attention does not store the scores).
+ACTIVATION_BYTES = 34
+
 
 @dataclass(frozen=True)
 class Rates:
