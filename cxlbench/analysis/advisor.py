@@ -195,6 +195,12 @@ def _cases(run: Run) -> list[dict[str, Any]]:
     return [c for c in run.meta.get("cases") or [] if c.get("benchmark") == "training"]
 
 
+def _gpu_trained(run: Run) -> list[dict[str, Any]]:
+    """The run's training cases that trained on a GPU and measured."""
+    return [c for c in _cases(run) if c.get("status") == "ok"
+            and (c.get("params") or {}).get("mode") == "train" and (c.get("params") or {}).get("compute") == "gpu"]
+
+
 def _rows(run: Run, case_id: str) -> pd.DataFrame:
     s = run.samples
     return s[s["case_id"] == case_id] if not s.empty else s
@@ -305,8 +311,7 @@ def _gpu_from_runs(runs: Sequence[Run], model: str | None) -> GpuInputs | None:
     (or the largest config run), copy rates and device AdamW from its probes."""
     found: list[tuple[Run, dict]] = []
     for run in sorted(runs, key=_started, reverse=True):
-        found += [(run, c) for c in _cases(run) if c.get("status") == "ok"
-                  and (c.get("params") or {}).get("mode") == "train" and (c.get("params") or {}).get("compute") == "gpu"]
+        found += [(run, c) for c in _gpu_trained(run)]
     if not found:
         return None
 
@@ -471,6 +476,7 @@ class Advice:
     @property
     def tokens_per_step(self) -> int:
         return self.batch * self.seq
+
 
     @property
     def rule(self) -> str:
@@ -667,9 +673,7 @@ def held_tiers(inputs: Inputs) -> list[str]:
 
 def gpu_config(runs: Sequence[Run]) -> str | None:
     """The largest config a run trained on its GPU (what its own advice models)."""
-    configs = {(c.get("params") or {}).get("config") for run in runs for c in _cases(run)
-               if c.get("status") == "ok" and (c.get("params") or {}).get("compute") == "gpu"
-               and (c.get("params") or {}).get("mode") == "train"}
+    configs = {(c.get("params") or {}).get("config") for run in runs for c in _gpu_trained(run)}
     known = [c for c in configs if c in MODELS]
     return max(known, key=lambda c: model_config(c).num_params()) if known else None
 
