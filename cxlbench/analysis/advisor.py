@@ -477,6 +477,15 @@ class Advice:
     def tokens_per_step(self) -> int:
         return self.batch * self.seq
 
+    @property
+    def headline(self) -> str:
+        return (f"{self.model} ({format_count(self.n_params)} params) on one {self.gpu}; batch {self.batch} × "
+                f"seq {self.seq} = {self.tokens_per_step:,} tokens per step")
+
+    @property
+    def gpu_name(self) -> str:
+        """The GPU without how it is known: "h200", not "h200 (NVIDIA H200, datasheet)"."""
+        return self.gpu.split(" (")[0]
 
     @property
     def rule(self) -> str:

@@ -13,7 +13,7 @@ import argparse
 from typing import TYPE_CHECKING, Sequence
 
 from cxlbench.cli.commands import UserError
-from cxlbench.units import format_count, format_number
+from cxlbench.units import format_number
 
 if TYPE_CHECKING:
     from cxlbench.analysis.advisor import Advice
@@ -43,8 +43,7 @@ def _pct(x: float) -> str:
 def advice_text(a: "Advice") -> str:
     from cxlbench.analysis.advisor import COMBINE, TERMS
     from cxlbench.analysis.compare import text_table
-    lines = [f"{a.model} ({format_count(a.n_params)} params) on one {a.gpu}; batch {a.batch} × seq {a.seq} = "
-             f"{a.tokens_per_step:,} tokens per step",
+    lines = [a.headline,
              "MODELLED, not measured: training.stepmodel priced with the inputs below; per row, " + COMBINE, ""]
     fitting = [p for p in a.placements if p.fits]
     rows = [[p.label, f"{p.device_bytes / 2**30:.0f} GiB", format_number(p.step_s), format_number(p.tokens_per_s),

@@ -14,15 +14,15 @@ from typing import Any
 from cxlbench.version import __version__
 from cxlbench.analysis.advisor import Advice
 from cxlbench.report import _css, build, environment
-from cxlbench.report.placements import advice_section
+from cxlbench.report.placements import advice_section, tier_key
 from cxlbench.results.store import atomic_write
 from cxlbench.units import tier_order
 
 
 def advice_context(a: Advice) -> dict[str, Any]:
-    tiers = sorted({"hbm0" if p.tier == "hbm" else p.tier for p in a.placements}, key=tier_order)
+    tiers = sorted({tier_key(p.tier) for p in a.placements}, key=tier_order)
     return {"css": _css(), "version": __version__,
-            "title": f"Where the optimizer state should live: {a.model} on {a.gpu.split(' (')[0]}",
+            "title": f"Where the optimizer state should live: {a.model} on {a.gpu_name}",
             "advice": advice_section(a, build.ChartMaker("a", tiers))}
 
 

@@ -20,7 +20,7 @@ from cxlbench.analysis.headlines import Figure
 from cxlbench.analysis.reduction import precision
 from cxlbench.analysis.stats import ratio_ci
 from cxlbench.report.plots import MARKERS, PALETTE, STYLES, Chart, Series, render
-from cxlbench.units import format_count, format_cpulist, format_param, format_size, tier_order
+from cxlbench.units import format_count, format_cpulist, format_number, format_param, format_size, tier_order
 
 #: For a run that records no description of a family (made before families
 #: described themselves) or whose declared axis did not vary: the x axis and the
@@ -339,6 +339,19 @@ class ChartMaker:
         if wide:
             return render(chart, f"{self.prefix}{self.count}", width=11.0, height=4.2)
         return render(chart, f"{self.prefix}{self.count}")
+
+
+def relative_bars(maker: ChartMaker, title: str, xlabel: str,
+                  bars: list[tuple[str, str, float | None, float, str]]) -> Chart:
+    """Throughput relative to the best (1 = the best), a bar per (label, tier,
+    relative, tokens/s, why none), coloured by tier as the page colours its tiers; a
+    bar without a relative value is empty and says why."""
+    labels = [b[0] for b in bars]
+    values = [b[2] if b[2] is not None else 0.0 for b in bars]
+    texts = [f"{rel * 100:.3g}% · {format_number(tokens)} tokens/s" if rel is not None else why
+             for _, _, rel, tokens, why in bars]
+    colors = "|".join(maker.color(f"{tier}|") for _, tier, *_ in bars)
+    return Chart(title, xlabel, "", [Series("", labels, values, color=colors)], bars=True, bar_labels=texts)
 
 
 def look(metas: Iterable[dict], benchmark: str) -> dict[str, Any]:

@@ -16,9 +16,14 @@ from typing import Any
 from cxlbench.analysis.advisor import (COMBINE, DATASHEET, TERMS, Advice, AdviceError, advise_inputs, gather, gpu_config,
                                        held_tiers)
 from cxlbench.report import build
-from cxlbench.report.plots import Chart, Series
+from cxlbench.report.plots import Chart
 from cxlbench.results.store import Run
-from cxlbench.units import format_count, format_number
+from cxlbench.units import format_number
+
+def tier_key(tier: str) -> str:
+    """The run report's colour key of a placement's tier: HBM is the GPU's, hbm0."""
+    return "hbm0" if tier == "hbm" else tier
+
 
 def _bare(url: str) -> str:
     """An address as text: without its scheme, so the page holds no link to follow."""
@@ -26,15 +31,11 @@ def _bare(url: str) -> str:
 
 
 def _chart(a: Advice, maker: build.ChartMaker) -> Chart:
-    rows = a.placements
-    labels = [p.label for p in rows]
-    values = [p.relative if p.fits else 0.0 for p in rows]
-    texts = [f"{p.relative * 100:.3g}% · {format_number(p.tokens_per_s)} tokens/s" if p.fits
-             else p.verdict for p in rows]
-    colors = "|".join(maker.color(("hbm0" if p.tier == "hbm" else p.tier) + "|") for p in rows)
-    title = f"{a.model} on one {a.gpu.split(' (')[0]}: tokens/s relative to the best placement (modelled)"
-    return Chart(title, "tokens/s relative to the best placement that fits (1 = the best)", "",
-                 [Series("", labels, values, color=colors)], bars=True, bar_labels=texts)
+    return build.relative_bars(
+        maker, f"{a.model} on one {a.gpu_name}: tokens/s relative to the best placement (modelled)",
+        "tokens/s relative to the best placement that fits (1 = the best)",
+        [(p.label, tier_key(p.tier), p.relative if p.fits else None, p.tokens_per_s, p.verdict)
+         for p in a.placements])
 
 
 def advice_section(a: Advice, maker: build.ChartMaker) -> dict[str, Any]:
@@ -56,8 +57,7 @@ def advice_section(a: Advice, maker: build.ChartMaker) -> dict[str, Any]:
             "tokens_per_step": f"{a.tokens_per_step:,}", "combine": COMBINE,
             "inputs": inputs, "notes": a.notes, "left_out": ", ".join(a.left_out),
             "left_out_why": "Left out with --tiers", "runs": runs,
-            "headline": (f"{a.model} ({format_count(a.n_params)} params) on one {a.gpu}; batch {a.batch} × "
-                         f"seq {a.seq} = {a.tokens_per_step:,} tokens per step"),
+            "headline": a.headline,
             "datasheet": any(f.source.kind == DATASHEET for f in a.inputs.figures())}
 
 

@@ -12,8 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from cxlbench.report.plots import Chart, Series
-from cxlbench.units import format_number
+from cxlbench.report import build
 
 TOLERANCE = 0.2      # the model's own (training/stepmodel.py): beyond it, a case is flagged
 
@@ -94,12 +93,9 @@ def relative_chart(r: pd.DataFrame, maker) -> dict[str, Any] | None:
     if len(r) < 2:
         return None
     best = r["tokens_per_s"].max()
-    labels = [f"{x.tier} · {x.engine}" + (f" · params on {x.params_on}" if x.params_on != x.tier else "")
-              for x in r.itertuples()]
-    texts = [f"{v / best * 100:.3g}% · {format_number(v)} tokens/s" for v in r["tokens_per_s"]]
-    colors = "|".join(maker.color(f"{t}|") for t in r["tier"])
-    chart = Chart("Training: measured tokens/s relative to the best placement in this run",
-                  "tokens/s relative to the best placement measured (1 = the best)", "",
-                  [Series("", labels, list(r["tokens_per_s"] / best), color=colors)],
-                  bars=True, bar_labels=texts)
+    chart = build.relative_bars(
+        maker, "Training: measured tokens/s relative to the best placement in this run",
+        "tokens/s relative to the best placement measured (1 = the best)",
+        [(f"{x.tier} · {x.engine}" + (f" · params on {x.params_on}" if x.params_on != x.tier else ""),
+          x.tier, x.tokens_per_s / best, x.tokens_per_s, "") for x in r.itertuples()])
     return {"svg": maker.svg(chart, wide=True), "title": chart.title, "wide": True}
