@@ -4,8 +4,8 @@ Shapes follow Llama 3: `1b` is Llama 3.2 1B, `3b` Llama 3.2 3B, `8b` Llama
 3.1 8B and `70b` Llama 3.1 70B (embeddings untied, as torchtitan trains them).
 `70b` is there for the step-time model and the placement advisor (`cxlbench
 advise`): no single GPU or 2-core VM trains it, and find_max never reaches it
-on one (it stops at the first config that does not fit or would outrun its case). `tiny` trains on a
-2-core CPU in seconds; `small` is a few million parameters, enough for the CPU
+on one (it stops at the first config that does not fit or would outrun its
+case). `tiny` trains on a 2-core CPU in seconds; `small` is a few million parameters, enough for the CPU
 optimizer and the NVMe path to move real bytes.
 """
 from __future__ import annotations

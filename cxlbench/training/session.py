@@ -211,9 +211,8 @@ def _twin(kind: str, device: torch.device, param_dtype: torch.dtype | None):
 
 
 def _compute_probe(engine, spec: RunSpec, cfg: ModelConfig, train: TrainConfig) -> replay.Probe:
-    cuda = engine.device.type == "cuda"
     param_dtype = {"offload": getattr(engine, "compute_dtype", None),
-                   "fsdp2_cpu_offload": torch.bfloat16 if cuda else None}.get(spec.engine)
+                   "fsdp2_cpu_offload": torch.bfloat16 if engine.cuda else None}.get(spec.engine)
     if spec.placement.activations != "device":
         engine.notes.append("compute probe: its twin keeps activations on the device; the stash's "
                             "copies to the host tier are in the measured step, in no model term")
