@@ -273,6 +273,11 @@ def test_step_model_arithmetic_on_known_inputs():
     assert predict(w, r, "none").step_s == pytest.approx(p.terms["compute"] + 0.8)
     assert tokens_to_hide_optimizer(4e14, 1.25e9) == pytest.approx(53_333.33, rel=1e-6)
 
+    # the delayed update: the host chain (7.2 s of NVMe) outlasts the compute and sets the step alone
+    assert predict(w, r, "dpu").step_s == pytest.approx(7.2 + 0.04 / 4)
+    # ... and on shared CPU cores only the device's I/O hides; the cores' work adds up
+    assert predict(w, r, "dpu-shared").step_s == pytest.approx(max(p.terms["compute"] + 0.08 + 0.8, 7.2))
+
     agree = compare(p, 1.1 * p.step_s, {"compute": p.terms["compute"], "nvme": 7.0})
     assert not agree.flagged and agree.summary == ""
     off = compare(p, 2 * p.step_s, {"compute": p.terms["compute"], "nvme": 14.0, "optimizer": 0.81})
@@ -746,3 +751,19 @@ def test_the_report_draws_each_placement_relative_to_the_runs_best():
     chart = step_breakdown.relative_chart(step_breakdown.rows(pd.DataFrame(rows)),
                                           build.ChartMaker("r", ["ddr0", "nvme0"]))
     assert "100% · 30,000 tokens/s" in chart["svg"] and "50% · 15,000 tokens/s" in chart["svg"]
+
+
+def test_delayed_update_hides_the_shorter_chain_behind_the_longer():
+    """With DPU the step is the longer of the GPU's chain (compute + exposed d2h) and
+    the host's (update + copies back): whichever is shorter costs nothing."""
+    w = Workload(n_params=10**9, n_params_nonembed=10**9, n_layers=16, dim=2048, seq_len=2048,
+                 tokens_per_step=8192, chunks=4)
+    slow_host = Rates(flops_per_s=4e14, d2h_Bps=5e10, h2d_Bps=5e10, opt_params_per_s=1e8)      # 10 s update
+    fast_host = Rates(flops_per_s=4e14, d2h_Bps=5e10, h2d_Bps=5e10, opt_params_per_s=1e11)     # 10 ms update
+    assert predict(w, slow_host, "dpu").step_s == pytest.approx(10 + 0.04 / 4)
+    fast = predict(w, fast_host, "dpu")
+    assert fast.step_s == pytest.approx(fast.terms["compute"])
+    for r in (slow_host, fast_host):        # never slower than without it
+        assert predict(w, r, "dpu").step_s <= predict(w, r, "overlapped").step_s
+    with pytest.raises(ValueError, match="dpu-shared"):
+        predict(w, fast_host, "concurrent")

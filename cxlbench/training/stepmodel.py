@@ -21,6 +21,15 @@ How the terms add up depends on what the engine overlaps:
       the next chunk is stepped, NVMe I/O is double-buffered with the update:
       step = compute + max(0, d2h - 2/3·compute) + max(optimizer, nvme, h2d) + h2d/chunks
   - "none": no offload, state on the device: step = compute + optimizer
+  - "dpu": the offload engine on a GPU with the delayed parameter update (ZeRO-Offload's
+      DPU, Ren et al. 2021 §5.2): after warm-up, step i's host update and its parameter
+      copies run while step i+1's forward and backward run on the GPU with parameters one
+      step stale, so the two chains overlap and the longer one sets the step:
+      step = max(compute + max(0, d2h - 2/3·compute), max(optimizer, nvme, h2d) + h2d/chunks)
+  - "dpu-shared": the same on a CPU run: the update runs in a thread of its own, but on
+      the cores the forward and backward use, so CPU work adds up again; only the NVMe
+      I/O, which waits on the device rather than a core, can hide behind it:
+      step = max(compute + d2h + h2d + optimizer, nvme)
 
 A measured step more than `tolerance` (20%) away from the model is flagged, with
 the terms that disagree; faster than the model is suspicious (wrong tier, lazy
@@ -83,6 +92,17 @@ class Prediction:
                 **{f"{k}_s": v for k, v in self.terms.items()}}
 
 
+#: Every composition predict() knows, as the engines run them (see the module docstring)
+OVERLAPS = ("serial", "overlapped", "none", "dpu", "dpu-shared")
+
+
+def _host_chain(w: Workload, opt: float, nvme: float, h2d: float) -> float:
+    """The host's side of an overlapped update: the optimizer, its NVMe I/O and the
+    parameters' copy back pipelined chunk by chunk, so the longest of them lasts the
+    whole update and only the last chunk's copy trails it."""
+    return max(opt, nvme, h2d) + h2d / max(1, w.chunks)
+
+
 def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     """Seconds per step and per term. Terms whose rate is unknown are left out."""
     basis = "probe" if r.compute_s is not None else "flops"
@@ -103,9 +123,13 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     elif overlap == "serial":
         step = c + d2h + h2d + max(opt, nvme)
     elif overlap == "overlapped":
-        step = c + max(0.0, d2h - 2 * c / 3) + max(opt, nvme, h2d) + h2d / max(1, w.chunks)
+        step = c + max(0.0, d2h - 2 * c / 3) + _host_chain(w, opt, nvme, h2d)
+    elif overlap == "dpu":
+        step = max(c + max(0.0, d2h - 2 * c / 3), _host_chain(w, opt, nvme, h2d))
+    elif overlap == "dpu-shared":
+        step = max(c + d2h + h2d + opt, nvme)
     else:
-        raise ValueError(f"unknown overlap {overlap!r} (serial, overlapped, none)")
+        raise ValueError(f"unknown overlap {overlap!r} ({', '.join(OVERLAPS)})")
     return Prediction(terms, step, overlap, basis)
 
 
