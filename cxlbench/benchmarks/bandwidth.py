@@ -21,7 +21,7 @@ from typing import Literal
 
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import array_bytes
-from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec, Threads
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "bandwidth"
@@ -48,11 +48,11 @@ SHOW = Show(
 @dataclass(kw_only=True)
 class Spec(BaseSpec):
     array_bytes: Size | Literal["auto"] = "auto"    # each array's; auto: 4x the caches (STREAM)
-    threads: tuple[int, ...] | Literal["auto"] = "auto"   # auto: 1, 2, 4 ... every CPU of the node
+    threads: tuple[Threads, ...] | Literal["auto"] = "auto"   # auto: 1, 2, 4 ... every CPU of the node
     kernel: tuple[Kernel, ...] = tuple(KERNELS)
     page: tuple[Literal["4k", "thp"], ...] = ("4k",)
     nt: tuple[bool, ...] = (False,)                   # non-temporal stores
-    iterations: int = 10                              # timed runs per repetition, each kept
+    iterations: Count = 10                            # timed runs per repetition, each kept
 
 
 def addresses(kernel: str, bufs: list) -> tuple[int, int, int]:

@@ -41,7 +41,7 @@ from cxlbench.benchmarks.base import Env, Headline, Planned, Show, metrics, swee
 from cxlbench.benchmarks.gpu_common import (
     GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip, host_tiers,
     open_session, planned, rotation)
-from cxlbench.benchmarks.spec import Size
+from cxlbench.benchmarks.spec import Count, Size
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_bandwidth"
@@ -83,7 +83,7 @@ class Spec(GpuSpec):
     cache: tuple[Literal["cold", "warm"], ...] = ("cold",)
     host_memory: tuple[Literal["pinned", "pageable"], ...] = ("pinned",)
     page: tuple[Literal["4k", "thp"], ...] = ("4k",)
-    iterations: int = 10
+    iterations: Count = 10
 
 
 # ---- planning ----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from cxlbench.benchmarks.base import Env, Planned, Show, metrics, sweep
 from cxlbench.benchmarks.gpu_common import (
     HOST_KINDS, GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, hbm_tier, host_memory_skip,
     host_tiers, open_session, planned, wants_hbm)
-from cxlbench.benchmarks.spec import Size
+from cxlbench.benchmarks.spec import Count, Size
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_write_penalty"
@@ -65,7 +65,7 @@ class Spec(GpuSpec):
     write_bytes: tuple[Literal[4, 8, 16, 32], ...] = PARTIAL_BYTES     # the partial op's
     size: tuple[Size, ...] = (1 << 30,)
     page: Literal["4k", "thp"] = "4k"          # host tiers' pages
-    iterations: int = 10
+    iterations: Count = 10
 
 
 def plan(spec: Spec, env: Env) -> list[Planned]:

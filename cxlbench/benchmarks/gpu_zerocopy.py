@@ -35,7 +35,7 @@ from cxlbench.benchmarks.base import Env, Planned, Show, metrics, sweep
 from cxlbench.benchmarks.gpu_common import (
     GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, host_memory_skip, host_tiers, local_host_tier,
     open_session, planned)
-from cxlbench.benchmarks.spec import Size
+from cxlbench.benchmarks.spec import Count, Size
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "gpu_zerocopy"
@@ -53,7 +53,7 @@ SHOW = Show("GPU zero-copy vs copy vs managed", "Time for a GPU to use host data
 class Spec(GpuSpec):
     strategy: tuple[Literal[STRATEGIES], ...] = STRATEGIES
     data: tuple[Size, ...] = DEFAULT_SIZES
-    max_uses: int = 8
+    max_uses: Count = 8
     page: Literal["4k", "thp"] = "4k"
 
 

@@ -19,13 +19,13 @@ instead (a socket as a CXL stand-in).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
 from cxlbench.benchmarks import loaded_latency
 from cxlbench.benchmarks.bandwidth import KERNELS, Kernel, thread_counts, time_kernel
 from cxlbench.benchmarks.base import Env, Planned, Show, Skip, metrics, sweep
 from cxlbench.benchmarks.sizes import array_bytes
-from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Count, Delays, Mix, Size, Spec as BaseSpec, Threads, within
 from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Initiator, Tier
 
@@ -39,19 +39,19 @@ SHOW = Show("Interleave", "DDR and CXL memory interleaved at weights from 100:0 
 @dataclass(kw_only=True)
 class Spec(BaseSpec):
     with_: tuple[str, ...] = field(default=("cxl",), metadata={"key": "with"})   # far tier kinds
-    ddr_weight: tuple[int, ...] = DEFAULT_WEIGHTS
+    ddr_weight: tuple[Annotated[int, within(0, 100)], ...] = DEFAULT_WEIGHTS   # percent
     probe: tuple[Literal["bandwidth", "loaded_latency"], ...] = ("bandwidth", "loaded_latency")
     array_bytes: Size | Literal["auto"] = "auto"
     page: Literal["4k", "thp"] = "4k"
     method: Literal["auto", "weighted", "ranges"] = "auto"
     # probe = bandwidth
     kernel: tuple[Kernel, ...] = ("read",)
-    threads: tuple[int, ...] | Literal["auto"] = "auto"    # the largest count is measured
-    iterations: int = 10
+    threads: tuple[Threads, ...] | Literal["auto"] = "auto"    # the largest count is measured
+    iterations: Count = 10
     # probe = loaded_latency
-    mix: tuple[str, ...] = ("read",)
-    load_threads: tuple[int, ...] | Literal["auto"] = "auto"
-    delays: tuple[int, ...] | str = "mlc"
+    mix: tuple[Mix, ...] = ("read",)
+    load_threads: tuple[Threads, ...] | Literal["auto"] = "auto"
+    delays: Delays = "mlc"
 
 
 def pairs(spec: Spec, env: Env) -> list[tuple[Initiator, Tier, Tier]]:

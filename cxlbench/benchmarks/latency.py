@@ -13,7 +13,7 @@ from typing import Literal
 
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, cpu_held, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, resolve_sizes
-from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "latency"
@@ -43,7 +43,8 @@ class Spec(BaseSpec):
     max_working_set: Size = 1 << 30
     page: tuple[Page, ...] = ("4k",)
     pattern: tuple[Literal["random", "window"], ...] = ("random",)
-    chains: tuple[int, ...] = (1,)     # independent chases at once: memory-level parallelism
+    chains: tuple[Count, ...] = (1,)   # independent chases at once: memory-level parallelism
+    ORDERED = (("min_working_set", "max_working_set"),)
 
 
 def plan(spec: Spec, env: Env) -> list[Planned]:

@@ -23,7 +23,7 @@ from typing import Literal
 
 from cxlbench.benchmarks.base import Env, Planned, Show, as_list, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes
-from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Delays, Mix, Size, Spec as BaseSpec, Threads
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "loaded_latency"
@@ -37,10 +37,10 @@ SHOW = Show("Loaded latency", "Pointer-chase latency while load threads stream t
 class Spec(BaseSpec):
     working_set: Size | Literal["auto"] = "auto"     # the chase's; auto: 4x the caches
     load_bytes: Size | Literal["auto"] = "auto"      # each load thread's
-    load_threads: tuple[int, ...] | Literal["auto"] = "auto"   # auto: every CPU but the chase's
-    delays: tuple[int, ...] | str = "mlc"              # "mlc", "idle", or the delays
+    load_threads: tuple[Threads, ...] | Literal["auto"] = "auto"   # auto: every CPU but the chase's
+    delays: Delays = "mlc"                             # "mlc", "idle", or the delays
     page: tuple[Page, ...] = ("4k",)
-    mix: tuple[str, ...] = ("read", "2:1")             # read, write or R:W
+    mix: tuple[Mix, ...] = ("read", "2:1")             # read, write or R:W
     nt: tuple[bool, ...] = (False,)
 LINE = 64
 MLC_DELAYS = (0, 2, 8, 15, 50, 100, 200, 300, 400, 500, 700, 1000, 1300, 1700, 2500, 3500,

@@ -25,7 +25,7 @@ from cxlbench.benchmarks import bandwidth, latency
 from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes, latency_sweep
 from cxlbench.benchmarks.write_penalty import Threads, thread_list
-from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "page_size"
@@ -47,7 +47,8 @@ class Spec(BaseSpec):
     # probe = bandwidth (the read kernel)
     threads: Threads = (1,)
     array_bytes: Size | Literal["auto"] = "auto"
-    iterations: int = 10
+    iterations: Count = 10
+    ORDERED = (("min_working_set", "max_working_set"),)
 
 
 def max_working_set(value, env: Env, tiers) -> int:

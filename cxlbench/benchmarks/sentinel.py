@@ -36,7 +36,7 @@ from typing import Literal
 from cxlbench.benchmarks import bandwidth, latency
 from cxlbench.benchmarks.base import Env, Planned, Show, cpu_held, host_pairs, metrics, place
 from cxlbench.benchmarks.sizes import Page, array_bytes, stream_array_bytes
-from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Count, Seconds, Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "sentinel"
@@ -56,14 +56,14 @@ Probe = Literal["l1_chase", "dram_chase", "triad"]
 @dataclass(kw_only=True)
 class Spec(BaseSpec):
     tiers: tuple[str, ...] = ("ddr",)
-    repetitions: int = 1                     # visits, when measured as an ordinary case
+    repetitions: Count = 1                     # visits, when measured as an ordinary case
     probes: tuple[Probe, ...] = ("l1_chase", "dram_chase", "triad")
     l1_working_set: Size = 16 << 10
     dram_working_set: Size | Literal["auto"] = "auto"     # auto: 4x the caches, as STREAM's arrays
     triad_array: Size | Literal["auto"] = "auto"          # each of three; auto: the three hold ~4x the caches
     page: Page = "4k"
-    samples: int = 3                         # timed samples per probe per visit
-    interval_s: float = 30                   # run time between visits (runner.sentinels)
+    samples: Count = 3                         # timed samples per probe per visit
+    interval_s: Seconds = 30                   # run time between visits (runner.sentinels)
 
 
 def plan(spec: Spec, env: Env) -> list[Planned]:

@@ -36,10 +36,10 @@ from __future__ import annotations
 import os
 import resource
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, place
-from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Count, Seconds, Size, Spec as BaseSpec, at_least
 from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.storage.interrupts import completion_irqs, issuing_cpu, taken
 
@@ -70,16 +70,16 @@ class Spec(BaseSpec):
     tiers: tuple[str, ...] = ("nvme",)
     rw: tuple[Literal["randread", "randwrite", "read", "write", "mmap-chase"], ...] = (*IO_RW,)
     block: tuple[Size, ...] | None = None       # default: 4 KiB random, 128 KiB-4 MiB sequential
-    qd: tuple[int, ...] = (1,)
+    qd: tuple[Count, ...] = (1,)
     engine: tuple[Literal["auto", "psync", "libaio"], ...] = ("auto",)   # auto: psync at QD1
     buffer_page: tuple[Literal["4k", "thp"], ...] = ("4k",)
     file_size: Size = 1 << 30
     chase_file_size: Size = 256 << 20
-    runtime_s: float = 0.5
-    host_node: int | Literal["local"] = "local"    # the node of the I/O buffers
+    runtime_s: Seconds = 0.5
+    host_node: Annotated[int, at_least(0)] | Literal["local"] = "local"    # the node of the I/O buffers
     # The CPU the I/O is issued from: the initiator's CPU that takes the device's
     # completion interrupts (storage/interrupts.py), its first CPU, or this one.
-    issue_cpu: int | Literal["completions", "first"] = "completions"
+    issue_cpu: Annotated[int, at_least(0)] | Literal["completions", "first"] = "completions"
     allow_buffered: bool = False                   # where O_DIRECT does not work: label, don't refuse
 ALIGN = 4096                      # O_DIRECT: whole logical blocks; 4 KiB suits every device
 PAGE = 4096

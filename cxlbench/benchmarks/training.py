@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, sweep
-from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Count, Count0, Size, Spec as BaseSpec, Threads
 from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Initiator, Tier
 from cxlbench.training.stepmodel import ACTIVATION_BYTES, ADAMW_BYTES
@@ -86,10 +86,10 @@ class Spec(BaseSpec):
     config: tuple[str, ...] | None = None     # train: ("tiny",); find_max: every config
     engine: tuple[Literal["offload", "none", "fsdp2_cpu_offload"], ...] = ENGINES
     compute: tuple[Compute, ...] = ("auto",)  # auto: the GPU, and the CPU where there is none
-    steps: int | None = None                  # train: 20 steady steps; find_max: 2; optimizer: repetitions
-    warmup_steps: int | None = None           # train: 3; find_max: 1
-    batch: int | None = None
-    seq: int | None = None
+    steps: Count | None = None                  # train: 20 steady steps; find_max: 2; optimizer: repetitions
+    warmup_steps: Count0 | None = None           # train: 3; find_max: 1
+    batch: Count | None = None
+    seq: Count | None = None
     impl: str = "fused"                       # the offload engine's CPU AdamW
     optimizer_on: tuple[str, ...] = ("ddr", "cxl", "nvme", "hbm")
     params_on: tuple[str, ...] = ("optimizer",)
@@ -100,7 +100,7 @@ class Spec(BaseSpec):
     n_params: Size = 16 << 20
     nvme_params: Size = 4 << 20
     impls: tuple[str, ...] = ("fused", "foreach", "forloop", "native", "deepspeed")
-    threads: tuple[int | Literal["all"], ...] = ("all",)   # all: every CPU of the initiator
+    threads: tuple[Threads | Literal["all"], ...] = ("all",)   # all: every CPU of the initiator
 
 
 # ---- planning ---------------------------------------------------------------------

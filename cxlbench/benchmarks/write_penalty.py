@@ -30,12 +30,12 @@ kept (column `iteration`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from cxlbench.benchmarks.bandwidth import thread_counts
 from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import array_bytes
-from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec, Threads as ThreadCount, within
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "write_penalty"
@@ -61,18 +61,18 @@ SHOW = Show("Write penalty", "Read, write and partial-line write bandwidth per t
             x="threads", facets=("store",))
 
 #: Thread counts: "auto" (1, 2, 4 ... every CPU), or counts where "all" is every CPU.
-Threads = tuple[int | Literal["all"], ...] | Literal["auto"]
+Threads = tuple[ThreadCount | Literal["all"], ...] | Literal["auto"]
 
 
 @dataclass(kw_only=True)
 class Spec(BaseSpec):
     op: tuple[Literal["read", "3:1", "2:1", "1:1", "write", "rmw", "partial"], ...] = tuple(OPS)
     store: tuple[Literal["regular", "nt"], ...] = STORES
-    partial_bytes: tuple[int, ...] = (8,)        # bytes a partial write stores per line
+    partial_bytes: tuple[Annotated[int, within(4, 64)], ...] = (8,)   # bytes a partial write stores per line
     threads: Threads = (1,)
     page: tuple[Literal["4k", "thp"], ...] = ("4k",)
     array_bytes: Size | Literal["auto"] = "auto"
-    iterations: int = 10
+    iterations: Count = 10
 
 
 def plan(spec: Spec, env: Env) -> list[Planned]:

@@ -27,7 +27,7 @@ from typing import Literal
 from cxlbench.benchmarks.base import Env, Planned, Show, metrics, place, sweep
 from cxlbench.benchmarks.sizes import array_bytes
 from cxlbench.benchmarks.write_penalty import Threads, thread_list
-from cxlbench.benchmarks.spec import Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Initiator, Tier
 
@@ -42,7 +42,7 @@ SHOW = Show("Zero-copy vs copy vs migrate", "Time to use far data K times: in pl
 class Spec(BaseSpec):
     strategy: tuple[Literal["in_place", "copy", "migrate_mbind", "migrate_move_pages"], ...] = STRATEGIES
     data_bytes: Size | Literal["auto"] = "auto"
-    max_uses: int = 16                 # passes over the data after its preparation
+    max_uses: Count = 16                 # passes over the data after its preparation
     threads: Threads = (1,)
     page: Literal["4k", "thp"] = "4k"
 

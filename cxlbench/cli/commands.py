@@ -203,7 +203,10 @@ def history(paths: list[str], machine: str | None = None, suite: str | None = No
         print(f"accepted {m.run_id} ({m.suite}): the gate's history starts there — {m.reason}")
         return 0
     h = hist.history(paths or ["results"], machine, suite, _probes(normalize))
-    magnitude = parse_fraction(min_magnitude) if min_magnitude else 0.05
+    try:
+        magnitude = parse_fraction(min_magnitude, "--min-change") if min_magnitude else 0.05
+    except ValueError as e:
+        raise UserError(str(e)) from None
     changes = hist.point_changes(h, min_magnitude=magnitude)
     print(history_text(h, changes))
     if out:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cxlbench.cli.argtypes import fraction, seconds, whole
 from cxlbench.cli.commands import UserError
 
 
@@ -20,13 +21,6 @@ def store_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--store-option", action="append", default=[], metavar="KEY=VALUE",
                     help="an option of the store's filesystem, e.g. endpoint_url=http://host:9000 "
                          "(S3: also CXLBENCH_S3_ENDPOINT)")
-
-
-def seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
 
 
 def add_parser(sub) -> None:
@@ -62,9 +56,9 @@ def add_parser(sub) -> None:
     p = fsub.add_parser("report", help="machines by configuration: matrix, spread, outliers, A vs B")
     p.add_argument("store")
     p.add_argument("--fleet", help="whose node outcomes to show (default: the newest fleet)")
-    p.add_argument("--threshold", default="10%", help="outlier: off the configuration's median by more (10%%)")
+    p.add_argument("--threshold", default="10%", type=fraction, help="outlier: off the configuration's median by more (10%%)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="configuration B against A")
-    p.add_argument("--compare-threshold", default="5%", help="smallest change that matters (5%%)")
+    p.add_argument("--compare-threshold", default="5%", type=fraction, help="smallest change that matters (5%%)")
     p.add_argument("-o", "--out", help="the HTML page (default: reports/fleet-<id>.html)")
     store_options(p)
     p.set_defaults(func=lambda a: fleet_report(a.store, a.fleet, a.threshold, a.compare, a.compare_threshold,
@@ -79,7 +73,7 @@ def add_parser(sub) -> None:
     m.add_argument("--label-key", default="cxlbench.io/config",
                    help="the node label whose value names the configuration")
     m.add_argument("--namespace", default="default")
-    m.add_argument("--time", type=int, default=3600, help="seconds each Job may run")
+    m.add_argument("--time", type=whole(1), default=3600, help="seconds each Job may run")
     m.add_argument("--hugepages", action="append", default=[], metavar="SIZE=AMOUNT",
                    help="opt in to huge pages per pod, e.g. 2Mi=2Gi or 1Gi=4Gi")
     m.add_argument("--memory", default="4Gi")

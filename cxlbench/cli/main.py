@@ -11,6 +11,7 @@ import sys
 
 from cxlbench.version import __version__
 from cxlbench.cli import commands
+from cxlbench.cli.argtypes import fraction, seconds, whole
 from cxlbench.cli.commands import UserError
 
 
@@ -24,14 +25,6 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         pass
     return tuple(errors)
-
-
-def seconds(text: str) -> float:
-    """A positive number of seconds (argparse turns the ValueError into one line)."""
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="results", help="results directory (default: results/)")
     r.add_argument("--budget", type=seconds, help="time budget in seconds (overrides the suite's)")
     r.add_argument("--list", action="store_true", help="print the plan and exit")
-    r.add_argument("--precision", metavar="FRACTION",
+    r.add_argument("--precision", metavar="FRACTION", type=fraction,
                    help="add repetitions until each median's confidence interval is within this "
                         "(e.g. 5%%), or the time budget ends")
     r.add_argument("--find-max", action="store_true",
@@ -94,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="runs side by side: ratios with confidence intervals, verdicts")
     c.add_argument("runs", nargs="+", help="run directories; the first is the baseline")
     c.add_argument("-o", "--out", help="also write the comparison as HTML")
-    c.add_argument("--threshold", help="smallest change that matters, e.g. 5%% (default: 5%%)")
+    c.add_argument("--threshold", type=fraction, help="smallest change that matters, e.g. 5%% (default: 5%%)")
     c.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
     normalize(c)
     c.set_defaults(func=lambda a: commands.compare(a.runs, a.out, a.threshold, a.thresholds, a.normalize))
@@ -104,7 +97,8 @@ def parser() -> argparse.ArgumentParser:
     ab.add_argument("--judge", metavar="SESSION", help="judge a session measured before (its directory)")
     ab.add_argument("--out", default="results", help="results directory (default: results/)")
     ab.add_argument("--label", help="a name for the session's runs")
-    ab.add_argument("--threshold", help="smallest change that matters (default: the file's, else 10%%)")
+    ab.add_argument("--threshold", type=fraction,
+                    help="smallest change that matters (default: the file's, else 10%%)")
     ab.set_defaults(func=lambda a: commands.ab(a.file, a.judge, a.out, a.root, a.label, a.threshold, sys.argv))
 
     g = sub.add_parser("gate", help="exit 1 when a case regressed, 2 when the inputs are unusable")
@@ -114,13 +108,14 @@ def parser() -> argparse.ArgumentParser:
                          help="the machine's history instead: its runs of the current run's suite; "
                               "exit 3 when a point is suspect and needs confirmation runs")
     g.add_argument("--current", help="the run to judge (with --history: a run id, or latest, the default)")
-    g.add_argument("--threshold", help="e.g. 5%% (default: the thresholds file's, else 5%%)")
+    g.add_argument("--threshold", type=fraction, help="e.g. 5%% (default: the thresholds file's, else 5%%)")
     g.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
     g.add_argument("--allow-missing", action="store_true", help="cases missing from one side don't exit 2")
     g.add_argument("--confirm", nargs="*", metavar="RUN",
                    help="re-run flagged cases and fail only if they regress again; with --history: "
                         "the confirmation runs (directories, run ids, or `later`: every run after --current)")
-    g.add_argument("--window", type=int, help="--history: runs in the reference (default 25, at least 10)")
+    g.add_argument("--window", type=whole(10, "(runs of history the gate needs)"),
+                   help="--history: runs in the reference (default 25, at least 10)")
     g.add_argument("--spacing", type=seconds, help="--history: seconds between confirmation runs (default 600)")
     g.add_argument("--ignore-identity", action="append", default=[], metavar="FIELD",
                    help="an identity field allowed to differ (e.g. kernel)")
@@ -135,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--machine", help="the machine's name, where the runs hold several")
     h.add_argument("--suite", help="the suite, where the runs hold several")
     h.add_argument("-o", "--out", help="write the trend report (HTML) here")
-    h.add_argument("--min-change", help="the smallest step called a change point (default 5%%)")
+    h.add_argument("--min-change", type=fraction, help="the smallest step called a change point (default 5%%)")
     h.add_argument("--accept", metavar="RUN", help="mark RUN (a run id or latest) as the first of a new normal")
     h.add_argument("--reason", help="why the change is accepted (with --accept)")
     normalize(h)

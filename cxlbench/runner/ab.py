@@ -112,11 +112,15 @@ def load_session(path: str | Path) -> Session:
     out = []
     for i, c in enumerate(configs):
         where = f"{p}, [[config]] {i + 1}"
+        if not isinstance(c, dict):
+            raise SuiteError(f"{p}: config number {i + 1} is not a table; write [[config]]")
         check_known(c, CONFIG_KEYS, where)
         if not isinstance(c.get("name"), str) or not c["name"]:
             raise SuiteError(f"{where}: a configuration needs a name")
         tier = c.get("tier", [])
         tier = [tier] if isinstance(tier, str) else tier
+        if not isinstance(tier, list) or not all(isinstance(t, str) for t in tier):
+            raise SuiteError(f"{where}: tier = {tier!r}: expected declarations such as [\"cxl=node:1\"]")
         if not isinstance(c.get("set", {}), dict) or not isinstance(c.get("env", {}), dict):
             raise SuiteError(f"{where}: set and env are tables (set = {{ page = [\"thp\"] }})")
         out.append(Config(c["name"], dict(c.get("set", {})), list(tier),
@@ -127,18 +131,35 @@ def load_session(path: str | Path) -> Session:
         raise SuiteError(f"{p}: configuration names must differ: {', '.join(names)}")
     rounds = data.get("rounds")
     for key in ("max_rounds", "budget_s", "repetitions"):
-        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))
-                            or data[key] <= 0):
-            raise SuiteError(f"{p}: {key} = {data[key]!r}: a positive number")
+        kinds = (int, float) if key == "budget_s" else (int,)
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], kinds)
+                            or not 0 < data[key] < float("inf")):
+            raise SuiteError(f"{p}: {key} = {data[key]!r}: must be a positive "
+                             f"{'number' if key == 'budget_s' else 'whole number'}")
     if rounds is not None and (not isinstance(rounds, int) or rounds < 2):
         raise SuiteError(f"{p}: rounds = {rounds!r}: at least 2 (each round gives one paired ratio)")
     try:
         precision = parse_fraction(data["precision"], f"{p}: precision") if "precision" in data else 0.0
+        parse_fraction(data.get("threshold", "10%"), f"{p}: threshold")   # judged after measuring: check now
     except ValueError as e:
         raise SuiteError(str(e)) from None
+    _check_types(data, p)
     return Session(str(data.get("suite", "quick")), out, rounds, int(data.get("repetitions", 1)),
                    str(data.get("threshold", "10%")), data.get("benchmarks"), data.get("seed"), str(p),
                    precision, int(data.get("max_rounds", 0)), float(data.get("budget_s", 0)))
+
+
+def _check_types(data: dict[str, Any], p: Path) -> None:
+    """The session's keys that are not numbers: one line each, before anything is planned."""
+    if not isinstance(data.get("suite", "quick"), str):
+        raise SuiteError(f"{p}: suite = {data['suite']!r}: expected a suite name or a .toml path")
+    names = data.get("benchmarks")
+    if names is not None and (not isinstance(names, list) or not names
+                              or not all(isinstance(n, str) for n in names)):
+        raise SuiteError(f"{p}: benchmarks = {names!r}: expected a non-empty list of family names")
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise SuiteError(f"{p}: seed = {seed!r}: expected an integer")
 
 
 # ---- planning each side --------------------------------------------------------------------

@@ -38,6 +38,8 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
     if not isinstance(benchmarks, list) or not benchmarks:
         raise SuiteError(f"{path}: a suite needs at least one [[benchmark]] table")
     for i, b in enumerate(benchmarks):
+        if not isinstance(b, dict):
+            raise SuiteError(f"{path}: benchmark number {i + 1} is not a table; write [[benchmark]]")
         if not isinstance(b.get("name"), str):
             raise SuiteError(f"{path}: [[benchmark]] number {i + 1} has no name")
     _check_top_level(data, path)
@@ -46,16 +48,19 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
 
 
 def _check_top_level(data: dict[str, Any], path: Path) -> None:
-    """The suite's own keys: its name, a description, and the settings every table shares."""
-    hints = typing.get_type_hints(Spec)
+    """The suite's own keys: its name, a description, and the settings every table shares,
+    each checked against what spec.Spec allows (a value, not just its type)."""
+    hints = typing.get_type_hints(Spec, include_extras=True)
     check_known(data, {*DEFAULTS, *SUITE_ONLY}, str(path), "top-level key")
     for key, value in data.items():
+        if key in ("name", "description") and not isinstance(value, str):
+            raise SuiteError(f"{path}, top level: {key} = {value!r}: expected a string")
         if key in SUITE_ONLY:
             continue
         try:
             coerce(value, hints[key])
         except (TypeError, ValueError) as e:
-            raise SuiteError(f"{path}: {key} = {value!r}: {e}") from None
+            raise SuiteError(f"{path}, top level: {key} = {value!r}: {e}") from None
 
 
 def check_known(table: dict[str, Any], known: set[str], where: str, what: str = "key") -> None:

@@ -1,0 +1,45 @@
+"""What a command-line value may be, as argparse types: a bad one is one line and
+exit 2 before the command starts (argparse turns ArgumentTypeError into that line,
+naming the option), the same rule a suite's values follow (benchmarks.spec)."""
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def fraction(text: str) -> str:
+    """A fraction as the analysis takes it ("5%" or 0.05, within (0, 1)); kept as the
+    text written, so the command says it back as the user wrote it."""
+    from cxlbench.units import parse_fraction
+    try:
+        parse_fraction(text, "")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction between 0 and 100% "
+                                         f"(write 0.05 or 5%)") from None
+    return text
+
+
+def whole(least: int, why: str = "") -> Callable[[str], int]:
+    """A whole number ≥ least."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: at least {least}{' ' + why if why else ''}")
+        return value
+    parse.__name__ = "whole number"
+    return parse
