@@ -47,3 +47,18 @@ def _writes_nothing_into_the_work_tree(request):
         pytest.fail(f"{request.node.nodeid} wrote into the work tree: {', '.join(new)} — write "
                     f"into tmp_path instead (run commands there, or give them -o / --out)",
                     pytrace=False)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_measurement_lock(tmp_path_factory):
+    """The tests' runs take the measurement lock (runner/lock.py) like any run, but
+    their own: a test session never waits on a real measurement of this machine, nor
+    holds one up. Subprocesses inherit it through the environment."""
+    from cxlbench.runner.lock import ENV
+    saved = os.environ.get(ENV)
+    os.environ[ENV] = str(tmp_path_factory.mktemp("lock") / "measure.lock")
+    yield
+    if saved is None:
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = saved

@@ -26,10 +26,11 @@ import os
 import shutil
 import statistics
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, sweep
-from cxlbench.benchmarks.spec import Count, Count0, Size, Spec as BaseSpec, Threads
+from cxlbench.benchmarks.spec import Allowed, Count, Count0, Size, Spec as BaseSpec, Threads
+from cxlbench.training.configs import MODELS
 from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.topology.model import Initiator, Tier
 from cxlbench.training.stepmodel import ACTIVATION_BYTES, ADAMW_BYTES
@@ -76,6 +77,8 @@ SHOW = Show(
                  scale=1e-6, unit="M params/s", digits=0)))
 
 Compute = Literal["auto", "gpu", "cpu"]
+#: A model config by name (training.configs.MODELS).
+ModelName = Annotated[str, Allowed("one of " + ", ".join(MODELS), lambda v: v in MODELS)]
 
 
 @dataclass(kw_only=True)
@@ -83,7 +86,7 @@ class Spec(BaseSpec):
     mode: Literal["train", "optimizer", "find_max"] = "train"
     tiers: tuple[str, ...] = ("ddr", "cxl", "nvme")      # optimizer mode: the state's tiers
     # train and find_max
-    config: tuple[str, ...] | None = None     # train: ("tiny",); find_max: every config
+    config: tuple[ModelName, ...] | None = None   # train: ("tiny",); find_max: every config
     engine: tuple[Literal["offload", "none", "fsdp2_cpu_offload"], ...] = ENGINES
     compute: tuple[Compute, ...] = ("auto",)  # auto: the GPU, and the CPU where there is none
     steps: Count | None = None                  # train: 20 steady steps; find_max: 2; optimizer: repetitions

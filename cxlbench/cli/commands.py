@@ -43,7 +43,8 @@ def doctor(root: str = "/") -> int:
 def run(suite: str = "quick", declarations: list[str] = (), label: str | None = None,
         out: str = "results", root: str = "/", budget: float | None = None,
         list_only: bool = False, command: list[str] = (), with_report: bool = True,
-        find_max: bool = False, precision: str | None = None, configuration: str | None = None) -> int:
+        find_max: bool = False, precision: str | None = None, configuration: str | None = None,
+        wait: bool = True) -> int:
     from cxlbench.cli.tier_table import tier_summary
     from cxlbench.results.store import load_run
     from cxlbench.runner.run import RunConfig, prepare, run as run_suite
@@ -61,7 +62,8 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         raise UserError(str(e)) from None
     config = RunConfig(suite, list(declarations), label, out, root, command=list(command),
                        time_budget_s=budget, find_max=find_max, precision=target,
-                       precision_of=case_precision, configuration=configuration, configuration_of=derive)
+                       precision_of=case_precision, configuration=configuration, configuration_of=derive,
+                       wait=wait)
     try:
         if list_only:                 # the plan `run` would measure, planned the same way
             shown = set()
@@ -144,7 +146,8 @@ def compare(runs: list[str], out: str | None = None, threshold: str | None = Non
 
 
 def ab(file: str | None = None, judge: str | None = None, out: str = "results", root: str = "/",
-       label: str | None = None, threshold: str | None = None, command: list[str] = ()) -> int:
+       label: str | None = None, threshold: str | None = None, command: list[str] = (),
+       wait: bool = True) -> int:
     """Measure the configurations of an A/B file interleaved (or judge a session
     measured before), and print each case's verdict on its per-round ratios."""
     import json
@@ -157,7 +160,7 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
     if file is not None:
         session = load_session(file)
         try:
-            judge = str(run_session(session, out, root, label, list(command), imprecise_pairs))
+            judge = str(run_session(session, out, root, label, list(command), imprecise_pairs, wait))
         except ValueError as e:
             raise UserError(str(e)) from None
     try:

@@ -17,8 +17,9 @@ from cxlbench.cli.commands import UserError
 
 def _known_errors() -> tuple[type[BaseException], ...]:
     from cxlbench.results.store import ResultsError
+    from cxlbench.runner.lock import Busy
     from cxlbench.runner.suite import SuiteError
-    errors: list[type[BaseException]] = [UserError, ResultsError, SuiteError]
+    errors: list[type[BaseException]] = [UserError, ResultsError, SuiteError, Busy]
     try:
         from cxlbench.memory import PlacementError
         errors.append(PlacementError)
@@ -50,6 +51,11 @@ def parser() -> argparse.ArgumentParser:
                              "(every probe) or probes by name, e.g. dram_chase,triad (docs/gating.md "
                              "says where that is quieter than the raw value)")
 
+    def no_wait(sp):
+        sp.add_argument("--no-wait", action="store_true",
+                        help="when another measurement holds the machine, exit 2 at once instead of "
+                             "waiting for it (one measurement at a time: runner/lock.py)")
+
     t = sub.add_parser("topology", help="what memory tiers this machine has")
     t.add_argument("--json", action="store_true", help="the full machine record as JSON")
     tiers(t)
@@ -71,12 +77,13 @@ def parser() -> argparse.ArgumentParser:
                    help="training: the largest model config that fits each placement")
     tiers(r)
     r.add_argument("--no-report", action="store_true", help="don't render the HTML report")
+    no_wait(r)
     r.add_argument("--config", metavar="NAME",
                    help="the hardware configuration's name, a folder above the machine's in the store "
                         "(auto: derived from the machine; a store URL derives one when not named)")
     r.set_defaults(func=lambda a: commands.run(
         a.suite, a.tier, a.label, a.out, a.root, a.budget, a.list, sys.argv, not a.no_report,
-        a.find_max, a.precision, a.config))
+        a.find_max, a.precision, a.config, not a.no_wait))
 
     rp = sub.add_parser("report", help="render runs as one self-contained HTML file")
     rp.add_argument("runs", nargs="*", help="run directories (default: the newest under results/)")
@@ -99,7 +106,9 @@ def parser() -> argparse.ArgumentParser:
     ab.add_argument("--label", help="a name for the session's runs")
     ab.add_argument("--threshold", type=fraction,
                     help="smallest change that matters (default: the file's, else 10%%)")
-    ab.set_defaults(func=lambda a: commands.ab(a.file, a.judge, a.out, a.root, a.label, a.threshold, sys.argv))
+    no_wait(ab)
+    ab.set_defaults(func=lambda a: commands.ab(a.file, a.judge, a.out, a.root, a.label, a.threshold, sys.argv,
+                                               not a.no_wait))
 
     g = sub.add_parser("gate", help="exit 1 when a case regressed, 2 when the inputs are unusable")
     against = g.add_mutually_exclusive_group(required=True)

@@ -58,7 +58,7 @@ from cxlbench.benchmarks.spec import known_keys
 from cxlbench.units import parse_fraction
 from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, CaseResult
 from cxlbench.results.store import RunWriter, atomic_write, now_iso, safe_name
-from cxlbench.runner import processes
+from cxlbench.runner import lock, processes
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.run import RunConfig, build_env, measure_slice, native_built, open_writer, plan_suite
 from cxlbench.runner.suite import SuiteError, check_known, load_suite, read_toml
@@ -254,20 +254,29 @@ def applied(config: Config):
 
 def run_session(session: Session, out: str = "results", root: str = "/", label: str | None = None,
                 command: list[str] | None = None,
-                imprecise: Callable[[Path, float, int], set[int]] | None = None) -> Path:
+                imprecise: Callable[[Path, float, int], set[int]] | None = None, wait: bool = True) -> Path:
     """Measure every configuration interleaved; returns the session's directory.
     With a precision asked, `imprecise(session_dir, precision, max_rounds)` names
     the pairs whose ratio is not known well enough yet and can be within max_rounds (the statistics live above the
     runner; cxlbench ab hands in analysis.paired.imprecise_pairs): each gets
-    another round, until none does, max_rounds, or budget_s."""
+    another round, until none does, max_rounds, or budget_s. The whole session, its
+    before-commands too (they change the machine), holds the measurement lock
+    (runner.lock); `wait` False: lock.Busy at once when another measurement has it."""
     native_built()
-    for c in session.configs:
-        check_before(c)
     rounds = session.rounds or int(load_suite(session.suite)["repetitions"])
     if rounds < 2:
         raise SuiteError(f"{session.path}: {rounds} round (the suite's repetitions): at least 2 "
                          f"give a paired ratio; set rounds")
     sides = plan_sides(session, rounds, root)
+    with lock.measuring(" ".join(command or []) or f"cxlbench ab {session.path}", wait):
+        return _measure_session(session, sides, rounds, out, root, label, command, imprecise)
+
+
+def _measure_session(session: Session, sides: list[Side], rounds: int, out: str, root: str,
+                     label: str | None, command: list[str] | None, imprecise) -> Path:
+    """The planned session, measured (under the measurement lock: see run_session)."""
+    for c in session.configs:
+        check_before(c)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     tag = label or "ab"
     for s in sides:

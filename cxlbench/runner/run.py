@@ -17,7 +17,7 @@ from cxlbench.benchmarks.base import Env, Planned, describe
 from cxlbench.results.schema import COMPLETE, CORE_COLUMNS, FAILED, PARTIAL, SKIPPED, CaseResult
 from cxlbench.results.location import is_url
 from cxlbench.results.store import RunWriter, StoreWriter
-from cxlbench.runner import ecc, processes, sentinels
+from cxlbench.runner import ecc, lock, processes, sentinels
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_max
 from cxlbench.runner.worker import Installation, run_case
@@ -47,6 +47,9 @@ class RunConfig:
     # analysis layer, above the runner, so the caller hands it in, like precision_of).
     configuration: str | None = None
     configuration_of: Callable[[dict], str] | None = None
+    # Another measurement holds the machine (runner.lock): wait for it (True), or
+    # raise lock.Busy at once.
+    wait: bool = True
 
 
 @dataclass
@@ -176,6 +179,12 @@ def run(config: RunConfig) -> RunOutcome:
         raise SuiteError("adaptive repetitions (precision) need a precision_of function "
                          "(cxlbench run passes analysis.reduction.case_precision)")
     watching = sentinels.plan(env.suite, env, planned)
+    with lock.measuring(" ".join(config.command) or f"cxlbench run --suite {config.suite}", config.wait):
+        return _measure(config, env, planned, watching)
+
+
+def _measure(config: RunConfig, env: Env, planned: list[Planned], watching: sentinels.Plan) -> RunOutcome:
+    """The planned run, measured: under the machine's measurement lock (see run())."""
     writer = open_writer(config, env, planned + watching.planned)
     if watching.off:
         writer.note(sentinels.KEY, {"off": watching.off})

@@ -1,0 +1,122 @@
+"""One measurement at a time on a machine: an advisory lock held while anything measures.
+
+Two runs started together (two terminals, two CI jobs on one runner) pin their
+timed threads to the same CPUs and each measures half a CPU: every figure of both
+is wrong and neither knows. So whatever measures — `cxlbench run`, an `ab`
+session, a fleet job's run on its node, `gate --confirm`'s re-runs — holds this
+lock from its first timed case to its last. A second one waits, saying for whom
+(the holder's pid, command and start, written into the lock file), or with
+`--no-wait` exits 2 with that line. Planning, `--list` and the commands that only
+read results never take it, so they never wait.
+
+The lock is flock(2) on a file: it belongs to the open file, so it is released
+when the holder exits *or crashes* (the kernel closes its files) — no stale lock
+to clean up, no pid to check. The file lives in /run/lock, the directory the FHS
+sets aside for lock files: a tmpfs that every process of the machine sees. /tmp
+is not that everywhere: a systemd service with PrivateTmp=yes (a CI runner, say)
+has its own /tmp, and a lock there would not keep it from measuring beside a
+terminal's run. Where /run/lock is missing or not writable (some containers),
+/tmp is the fallback. CXLBENCH_LOCK names another file (the tests give each
+session its own, so they never wait on a real run of the machine).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+ENV = "CXLBENCH_LOCK"
+NAME = "cxlbench.lock"
+DIRS = ("/run/lock", "/tmp")
+
+_held = 0          # nesting depth in this process: a run inside a held lock does not wait on itself
+
+
+class Busy(Exception):
+    """Another measurement holds the lock and this one was told not to wait."""
+
+
+def path() -> Path:
+    """The lock file: $CXLBENCH_LOCK, else in the first of DIRS this process can write."""
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV])
+    for d in DIRS:
+        if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
+            return Path(d) / NAME
+    return Path(DIRS[-1]) / NAME
+
+
+def holder_text(fd: int) -> str:
+    """Who holds the lock, as its holder wrote it: "pid 4242 (cxlbench run --suite
+    quick) since 2026-12-02 17:40:01 UTC"."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        return f"pid {info['pid']} ({info['command']}) since {info['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (it did not say which)"
+
+
+def _open(p: Path) -> tuple[int, bool]:
+    """The lock file open for writing (to say who holds it) when we may, else read-only
+    (flock works on either); created readable and writable by every user."""
+    try:
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:          # another user's file: lock it, but say nothing in it
+        return os.open(p, os.O_RDONLY), False
+    try:
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, 0o666)     # umask took the others' write bit: give it back
+    except OSError:
+        pass
+    return fd, True
+
+
+def _say_who(fd: int, command: str) -> None:
+    info = {"pid": os.getpid(), "command": command,
+            "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(info).encode(), 0)
+
+
+@contextmanager
+def measuring(command: str, wait: bool = True,
+              say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> Iterator[None]:
+    """Hold the machine's measurement lock inside; wait for it (saying for whom), or
+    raise Busy at once when `wait` is False."""
+    global _held
+    if _held:
+        _held += 1
+        try:
+            yield
+        finally:
+            _held -= 1
+        return
+    p = path()
+    fd, writable = _open(p)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            who = holder_text(fd)
+            if not wait:
+                raise Busy(f"another measurement is running on this machine: {who} (lock {p}); "
+                           f"without --no-wait this waits for it") from None
+            say(f"cxlbench: waiting for {who} to finish: one measurement at a time (lock {p})")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            say("cxlbench: the other measurement finished; measuring")
+        if writable:
+            _say_who(fd, command)
+        _held = 1
+        try:
+            yield
+        finally:
+            _held = 0
+            if writable:
+                os.ftruncate(fd, 0)     # nobody holds it: a later reader finds no name
+    finally:
+        os.close(fd)                    # the lock goes with the file (and with a crash)
