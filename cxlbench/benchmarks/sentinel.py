@@ -31,12 +31,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from cxlbench.benchmarks import bandwidth, latency
 from cxlbench.benchmarks.base import Env, Planned, Show, cpu_held, host_pairs, metrics, place
 from cxlbench.benchmarks.sizes import Page, array_bytes, stream_array_bytes
-from cxlbench.benchmarks.spec import Count, Seconds, Size, Spec as BaseSpec
+from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec, at_least
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "sentinel"
@@ -63,7 +63,7 @@ class Spec(BaseSpec):
     triad_array: Size | Literal["auto"] = "auto"          # each of three; auto: the three hold ~4x the caches
     page: Page = "4k"
     samples: Count = 3                         # timed samples per probe per visit
-    interval_s: Seconds = 30                   # run time between visits (runner.sentinels)
+    interval_s: Annotated[float, at_least(0)] = 30   # run time between visits (runner.sentinels); 0: every process
 
 
 def plan(spec: Spec, env: Env) -> list[Planned]:

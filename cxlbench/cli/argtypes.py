@@ -43,3 +43,11 @@ def whole(least: int, why: str = "") -> Callable[[str], int]:
         return value
     parse.__name__ = "whole number"
     return parse
+
+
+def out_file(text: str) -> str:
+    """A file to write: not empty, not a folder (the command would fail after its work)."""
+    import os
+    if not text.strip() or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file to write (a folder or nothing)")
+    return text

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cxlbench.cli.argtypes import fraction, seconds, whole
+from cxlbench.cli.argtypes import fraction, out_file, seconds, whole
 from cxlbench.cli.commands import UserError
 
 
@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threshold", default="10%", type=fraction, help="outlier: off the configuration's median by more (10%%)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="configuration B against A")
     p.add_argument("--compare-threshold", default="5%", type=fraction, help="smallest change that matters (5%%)")
-    p.add_argument("-o", "--out", help="the HTML page (default: reports/fleet-<id>.html)")
+    p.add_argument("-o", "--out", type=out_file, help="the HTML page (default: reports/fleet-<id>.html)")
     store_options(p)
     p.set_defaults(func=lambda a: fleet_report(a.store, a.fleet, a.threshold, a.compare, a.compare_threshold,
                                                a.out))
@@ -81,7 +81,7 @@ def add_parser(sub) -> None:
     m.add_argument("--secret", help="a Secret with the store's credentials (envFrom)")
     m.add_argument("--endpoint", help="the S3 endpoint the pods use (CXLBENCH_S3_ENDPOINT)")
     m.add_argument("--kube-version", help="the API version to validate against (default: the newest known)")
-    m.add_argument("-o", "--out", help="write here (default: stdout)")
+    m.add_argument("-o", "--out", type=out_file, help="write here (default: stdout)")
     m.set_defaults(func=lambda a: fleet_manifests(a.store, a.image, a.suite, a.config, a.label_key, a.namespace,
                                                   a.time, a.hugepages, a.memory, a.privileged, a.secret,
                                                   a.endpoint, a.kube_version, a.out))

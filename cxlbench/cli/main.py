@@ -11,7 +11,7 @@ import sys
 
 from cxlbench.version import __version__
 from cxlbench.cli import commands
-from cxlbench.cli.argtypes import fraction, seconds, whole
+from cxlbench.cli.argtypes import fraction, out_file, seconds, whole
 from cxlbench.cli.commands import UserError
 
 
@@ -87,13 +87,13 @@ def parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="render runs as one self-contained HTML file")
     rp.add_argument("runs", nargs="*", help="run directories (default: the newest under results/)")
-    rp.add_argument("-o", "--out", help="output file (default: reports/<run_id>.html)")
+    rp.add_argument("-o", "--out", type=out_file, help="output file (default: reports/<run_id>.html)")
     rp.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
     rp.set_defaults(func=lambda a: commands.report(a.runs, a.out, a.thresholds))
 
     c = sub.add_parser("compare", help="runs side by side: ratios with confidence intervals, verdicts")
     c.add_argument("runs", nargs="+", help="run directories; the first is the baseline")
-    c.add_argument("-o", "--out", help="also write the comparison as HTML")
+    c.add_argument("-o", "--out", type=out_file, help="also write the comparison as HTML")
     c.add_argument("--threshold", type=fraction, help="smallest change that matters, e.g. 5%% (default: 5%%)")
     c.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
     normalize(c)
@@ -128,9 +128,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--spacing", type=seconds, help="--history: seconds between confirmation runs (default 600)")
     g.add_argument("--ignore-identity", action="append", default=[], metavar="FIELD",
                    help="an identity field allowed to differ (e.g. kernel)")
-    g.add_argument("--markdown", help="write a markdown summary here (for a CI job page)")
-    g.add_argument("--json", help="write the machine-readable verdict here")
-    g.add_argument("--junit", help="write JUnit XML here")
+    g.add_argument("--markdown", type=out_file, help="write a markdown summary here (for a CI job page)")
+    g.add_argument("--json", type=out_file, help="write the machine-readable verdict here")
+    g.add_argument("--junit", type=out_file, help="write JUnit XML here")
     normalize(g)
     g.set_defaults(func=_gate)
 
@@ -138,7 +138,7 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("results", nargs="*", help="results directories (default: results/)")
     h.add_argument("--machine", help="the machine's name, where the runs hold several")
     h.add_argument("--suite", help="the suite, where the runs hold several")
-    h.add_argument("-o", "--out", help="write the trend report (HTML) here")
+    h.add_argument("-o", "--out", type=out_file, help="write the trend report (HTML) here")
     h.add_argument("--min-change", type=fraction, help="the smallest step called a change point (default 5%%)")
     h.add_argument("--accept", metavar="RUN", help="mark RUN (a run id or latest) as the first of a new normal")
     h.add_argument("--reason", help="why the change is accepted (with --accept)")
@@ -149,13 +149,13 @@ def parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="an A/A pair of runs: noise floor per case, gate false-positive rate")
     cal.add_argument("run_a")
     cal.add_argument("run_b")
-    cal.add_argument("--write-thresholds", help="write suggested thresholds (TOML) here")
+    cal.add_argument("--write-thresholds", type=out_file, help="write suggested thresholds (TOML) here")
     cal.set_defaults(func=lambda a: commands.calibrate(a.run_a, a.run_b, a.write_thresholds))
 
     e = sub.add_parser("export", help="write a run in another tool's format")
     e.add_argument("run")
     e.add_argument("--format", default="pytest-benchmark")
-    e.add_argument("-o", "--out", required=True)
+    e.add_argument("-o", "--out", type=out_file, required=True)
     e.set_defaults(func=lambda a: commands.export(a.run, a.out, a.format))
 
     from cxlbench.cli import advise as advise_cli
@@ -187,15 +187,19 @@ def main(argv: list[str] | None = None) -> int:
             from cxlbench.results.location import configure
             configure(args.store_option)
         return int(args.func(args) or 0)
+    except BrokenPipeError:                 # `cxlbench compare ... | head`
+        sys.stderr.close()
+        return 0
     except _known_errors() as e:
         print(f"cxlbench: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:                    # a file named on the command line that cannot be
+        print(f"cxlbench: error: {e.filename or ''}{': ' if e.filename else ''}"   # read or written
+              f"{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("cxlbench: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:                 # `cxlbench compare ... | head`
-        sys.stderr.close()
-        return 0
 
 
 if __name__ == "__main__":
