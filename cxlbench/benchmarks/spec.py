@@ -253,9 +253,6 @@ def coerce(value: Any, tp: Any) -> Any:
                 out.append(coerce(v, args[0]))
             except NotAllowed as e:
                 raise NotAllowed(f"each value {e} ({v!r} is not)") from None
-        twice = next((v for i, v in enumerate(out) if v in out[:i]), None)
-        if twice is not None:         # the same case planned twice: say so here, not as two tables
-            raise NotAllowed(f"must list each value once ({_show(twice, False)} is there twice)")
         return tuple(out)
     if tp is Any:
         return value

@@ -79,21 +79,27 @@ def build_env(root: str, declarations: list[str], suite: dict | None = None) -> 
 def plan_suite(suite: dict, env: Env) -> list[Planned]:
     """Every table of the suite checked against its family's Spec, then planned."""
     planned: list[Planned] = []
-    for ref, module, spec in families(suite):
+    table: dict[int, int] = {}                 # id(planned) -> its [[benchmark]] table's number
+    for number, (ref, module, spec) in enumerate(families(suite), 1):
         one = bool(getattr(module, "ONE_PROCESS", False))
         for p in module.plan(spec, env):
+            table[id(p)] = number
             p.processes, p.family, p.spec, p.one_process = 1 if one else max(1, spec.processes), ref, spec, one
             taken = sorted(set(p.case.params) & set(CORE_COLUMNS))
             if taken:                  # its rows would lose the value, or the case id, to the parameter
                 raise SuiteError(f"{ref} plans a case with parameter {taken[0]!r}, a name the results' "
                                  f"own columns have; a family names its parameters otherwise")
             planned.append(p)
-    seen: set[str] = set()
+    seen: dict[str, Planned] = {}
     for p in planned:
-        if p.case.case_id in seen:
-            raise SuiteError(f"{suite['path']}: case {p.case.case_id} is planned twice; "
-                             f"two [[benchmark]] tables overlap")
-        seen.add(p.case.case_id)
+        first = seen.setdefault(p.case.case_id, p)
+        if first is p:
+            continue
+        if table[id(first)] == table[id(p)]:   # one table: a value listed twice (4KiB and 4096, say)
+            raise SuiteError(f"{suite['path']}, [[benchmark]] {table[id(p)]} ({p.family}): case "
+                             f"{p.case.case_id} is planned twice: a value is listed twice in one of its axes")
+        raise SuiteError(f"{suite['path']}: case {p.case.case_id} is planned twice; "
+                         f"[[benchmark]] tables {table[id(first)]} and {table[id(p)]} overlap")
     return planned
 
 
