@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
+from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 
 from cxlbench.benchmarks import FAMILIES, family
 from cxlbench.benchmarks.spec import MAX_CPUS, Spec, coerce
@@ -186,3 +186,41 @@ def test_the_corpus_of_bad_suites_each_ends_as_it_says(case, tmp_path):
     assert end.code == int(code), (case.name, end.err)
     if words:
         assert words in end.err and case.name in end.err, (case.name, end.err)
+
+
+# ---- a short real run of the smallest cases -------------------------------------------
+
+TINY = st.fixed_dictionaries({
+    "working_set": st.lists(st.sampled_from(["128B", "256B", "4KiB", "16KiB"]), min_size=1, max_size=2, unique=True),
+    "chains": st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=2, unique=True),
+    "pattern": st.sampled_from(["random", "window"]),
+})
+
+
+@pytest.mark.slow
+@settings(max_examples=4, **SETTINGS)
+@given(latency=TINY, op=st.sampled_from(["read", "partial", "rmw"]), partial=st.sampled_from([4, 8, 60]))
+@example(latency={"working_set": ["128B", "4KiB"], "chains": [4], "pattern": "random"}, op="partial", partial=60)
+def test_a_real_run_of_tiny_fuzzed_cases_fails_a_case_with_its_reason_and_goes_on(latency, op, partial, tmp_path):
+    """Values only a measurement can judge (more chains than a working set has lines; a
+    partial write of bytes the kernel cannot store) fail their own case with the reason;
+    every other case is measured, and the run completes."""
+    from cxlbench.results.store import load_run
+    from cxlbench.runner.run import RunConfig, run
+    text = suite_text({"repetitions": 1, "min_sample_s": 0.01, "sentinels": False}, [
+        {"name": "latency", "tiers": ["ddr"], **latency},
+        {"name": "write_penalty", "tiers": ["ddr"], "op": [op], "partial_bytes": [partial], "array_bytes": "1MiB",
+         "iterations": 1, "store": ["regular"]}])
+    (tmp_path / "tiny.toml").write_text(text)
+    outcome = run(RunConfig(str(tmp_path / "tiny.toml"), out=str(tmp_path / "r"), command=["fuzz"]))
+    assert outcome.status == "complete", text
+    cases = load_run(outcome.path).cases()
+    for _, c in cases.iterrows():
+        assert c.status in ("ok", "failed", "skipped"), c
+        if c.status != "ok":
+            assert isinstance(c.reason, str) and c.reason, c
+        lines = c.params.get("working_set_bytes", 1 << 30) // 64 if isinstance(c.params, dict) else None
+        if c.benchmark == "latency" and lines is not None and c.params["chains"] > lines:
+            assert c.status == "failed" and "chains" in c.reason, c
+    samples = load_run(outcome.path).samples
+    assert samples["value"].notna().all() and (samples["value"] > 0).all()
