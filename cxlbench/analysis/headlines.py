@@ -9,12 +9,13 @@ per repetition first (analysis.reduction), as everything else is.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from cxlbench.analysis.held import Held, by_point
 from cxlbench.analysis.reduction import points, repetitions
 from cxlbench.units import format_count, format_param, tier_order
 
@@ -38,14 +39,17 @@ class Figure:
     note: str = ""             # a trend beside it (the loss from first to last step)
     point: str = ""            # the point and metric it was picked from
     metric: str = ""
+    held: Held = field(default_factory=Held)   # how its repetitions held their CPUs (analysis.held)
 
     def text(self) -> str:
-        """"123.4 ns [120.1-130.2]" (median [min-max])."""
+        """"123.4 ns [120.1-130.2]" (median [min-max]), and when a repetition's CPU was
+        shared, "  ! CPU shared: held 49% (5 of 5 repetitions < 90%)"."""
+        shared = f"  ! {self.held.mark()}" if self.held.shared else ""
         if self.count:
-            return f"{format_count(self.median, ' ')} {self.unit}".rstrip() + self.note
+            return f"{format_count(self.median, ' ')} {self.unit}".rstrip() + self.note + shared
         f = f"{{:.{self.digits}f}}"
         return (f"{f.format(self.median)} {self.unit} [{f.format(self.low)}-{f.format(self.high)}]"
-                + self.note)
+                + self.note + shared)
 
 
 def figures(samples: pd.DataFrame, meta: dict[str, Any], pts: pd.DataFrame | None = None) -> list[Figure]:
@@ -55,8 +59,11 @@ def figures(samples: pd.DataFrame, meta: dict[str, Any], pts: pd.DataFrame | Non
     families = meta.get("families") or {}
     if samples.empty or not families:
         return []
-    pts = points(repetitions(samples)) if pts is None else pts
-    out = [f for name, fam in families.items() for h in fam.get("headlines") or []
+    reps = repetitions(samples)
+    pts = points(reps) if pts is None else pts
+    held = by_point(reps)
+    out = [replace(f, held=held.get((f.point, f.metric), Held()))
+           for name, fam in families.items() for h in fam.get("headlines") or []
            for f in _headline(pts, samples, name, h)]
     rank = {t: i for i, t in enumerate(sorted({f.tier for f in out}, key=tier_order))}
     return sorted(out, key=lambda f: rank[f.tier])          # stable: declaration order kept

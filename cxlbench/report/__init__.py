@@ -23,6 +23,7 @@ from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt
                                        fmt_pct)
 from cxlbench import units
 from cxlbench.analysis.headlines import figures
+from cxlbench.analysis.held import by_point
 from cxlbench.analysis.reduction import points, repetitions
 from cxlbench.report import build, drift as drift_section, step_breakdown
 from cxlbench.results.store import Run, atomic_write, safe_name
@@ -56,6 +57,7 @@ def run_context(run: Run) -> dict[str, Any]:
     maker = build.ChartMaker("r", sorted(tiers, key=units.tier_order))
     marks = build.caches(meta)
     families = []
+    held = by_point(reps)            # a figure from a shared CPU is marked (analysis.held)
     if not pts.empty:
         for bench in build.family_order(pts["benchmark"], [meta]):
             fam = pts[pts["benchmark"] == bench]
@@ -70,7 +72,7 @@ def run_context(run: Run) -> dict[str, Any]:
                              "description": show["description"],
                              "charts": build.family_charts(fam, show, marks, maker, allowed=allowed),
                              **(step_breakdown.section(run.samples, maker) if bench == "training" else {}),
-                             "tables": build.points_tables(fam, allowed),
+                             "tables": build.points_tables(fam, allowed, held),
                              "advice": _advice(run, maker) if bench == "training" else None})
     status = str(meta.get("status", "unknown"))
     label = meta.get("label")

@@ -17,6 +17,7 @@ import pandas as pd
 from cxlbench.analysis import machine as machine_mod
 from cxlbench.analysis.compare import fmt_num, params_text
 from cxlbench.analysis.headlines import Figure
+from cxlbench.analysis.held import Held
 from cxlbench.analysis.reduction import precision
 from cxlbench.analysis.stats import ratio_ci
 from cxlbench.report.plots import MARKERS, PALETTE, STYLES, Chart, Series, render
@@ -228,8 +229,8 @@ def _figure_cell(f: Figure | None) -> dict[str, Any] | None:
     if f is None:
         return None
     if f.count:
-        return {"value": format_count(f.median), "ci": "", "note": f.label}
-    return cell(f.median, f.lo, f.hi, f.label)
+        return {"value": format_count(f.median), "ci": "", "note": f.label, "shared": f.held.mark()}
+    return {**cell(f.median, f.lo, f.hi, f.label), "shared": f.held.mark()}
 
 
 def _col(frame: pd.DataFrame, name: str) -> pd.Series:
@@ -534,10 +535,13 @@ def _bar_chart(mp, family_title, metric, unit, params, maker, color_by, names) -
     return {"chart": Chart(title, f"{metric_title(metric)} ({unit})", "", [s], bars=True), "title": title}
 
 
-def points_tables(fam: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def points_tables(fam: pd.DataFrame, allowed: Iterable[str] | None = None,
+                  held: dict[tuple[str, str], Held] | None = None) -> list[dict[str, Any]]:
     """One table per metric: tier, the parameters that vary (and the page size
     found, when it was not asked for), n, median with its interval, the precision
-    that interval gives (its half-width relative to the median), spread."""
+    that interval gives (its half-width relative to the median), spread — and, when a
+    repetition of a point held its CPU less than 90% of its time (analysis.held), the
+    lowest share held, so a figure from a shared CPU is not read as clean."""
     tables = []
     fam = fam.assign(precision=precision(fam))
     for metric, mp in fam.groupby("metric", sort=False):
@@ -560,11 +564,24 @@ def points_tables(fam: pd.DataFrame, allowed: Iterable[str] | None = None) -> li
                         [str(int(r["n"])), num(r["median"]), f"{num(r['lo'])}–{num(r['hi'])}",
                          f"±{r['precision']:.1%}" if pd.notna(r["precision"]) else "—",
                          f"±{r['rcv'] * 100:.1f}%" if pd.notna(r["rcv"]) else "—"])
+        _held_column(headers, numeric_cols, rows, mp.head(MAX_TABLE_ROWS), metric, held or {})
         tables.append({"metric": metric, "title": f"{metric_title(metric)} ({unit}, "
                                                   f"{mp['better'].iloc[0]} is better)",
                        "headers": headers, "numeric": sorted(numeric_cols), "rows": rows,
                        "more": max(0, len(mp) - MAX_TABLE_ROWS)})
     return tables
+
+
+def _held_column(headers: list[str], numeric: set[int], rows: list[list[str]], mp: pd.DataFrame,
+                 metric: str, held: dict[tuple[str, str], Held]) -> None:
+    """A "CPU held" column, only in a table with a point whose CPU was shared."""
+    mine = [held.get((str(p), metric), Held()) for p in mp["point"]] if "point" in mp.columns else []
+    if not any(h.shared for h in mine):
+        return
+    headers.append("CPU held (least)")
+    numeric.add(len(headers) - 1)
+    for row, h in zip(rows, mine):
+        row.append(h.cell())
 
 
 def family_order(benchmarks: Iterable[str], metas: Iterable[dict] = ()) -> list[str]:
