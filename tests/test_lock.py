@@ -136,3 +136,9 @@ def test_the_default_lock_is_machine_wide_under_run_lock(monkeypatch):
     if not os.access("/run/lock", os.W_OK):
         pytest.skip("/run/lock is not writable here")
     assert lock.path() == Path("/run/lock/cxlbench.lock")
+
+
+def test_the_holder_names_itself_as_the_command_a_person_typed():
+    assert lock.command_text(["/venv/bin/cxlbench", "run", "--suite", "quick"], "x") == "cxlbench run --suite quick"
+    assert lock.command_text(["/src/cxlbench/cli/main.py", "ab", "f.toml"], "x") == "cxlbench ab f.toml"
+    assert lock.command_text([], "cxlbench run --suite quick") == "cxlbench run --suite quick"

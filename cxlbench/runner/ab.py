@@ -268,7 +268,7 @@ def run_session(session: Session, out: str = "results", root: str = "/", label: 
         raise SuiteError(f"{session.path}: {rounds} round (the suite's repetitions): at least 2 "
                          f"give a paired ratio; set rounds")
     sides = plan_sides(session, rounds, root)
-    with lock.measuring(" ".join(command or []) or f"cxlbench ab {session.path}", wait):
+    with lock.measuring(lock.command_text(list(command or []), f"cxlbench ab {session.path}"), wait):
         return _measure_session(session, sides, rounds, out, root, label, command, imprecise)
 
 

@@ -51,6 +51,16 @@ def path() -> Path:
     return Path(DIRS[-1]) / NAME
 
 
+def command_text(argv: list[str], fallback: str) -> str:
+    """How the holder names itself: "cxlbench run --suite quick" for the console script
+    or `python -m cxlbench.cli.main` (whose argv[0] is a path), else argv as given."""
+    if not argv:
+        return fallback
+    if Path(argv[0]).name in ("cxlbench", "main.py", "__main__.py"):
+        return " ".join(["cxlbench", *argv[1:]])
+    return " ".join(argv)
+
+
 def holder_text(fd: int) -> str:
     """Who holds the lock, as its holder wrote it: "pid 4242 (cxlbench run --suite
     quick) since 2026-12-02 17:40:01 UTC"."""

@@ -185,7 +185,7 @@ def run(config: RunConfig) -> RunOutcome:
         raise SuiteError("adaptive repetitions (precision) need a precision_of function "
                          "(cxlbench run passes analysis.reduction.case_precision)")
     watching = sentinels.plan(env.suite, env, planned)
-    with lock.measuring(" ".join(config.command) or f"cxlbench run --suite {config.suite}", config.wait):
+    with lock.measuring(lock.command_text(config.command, f"cxlbench run --suite {config.suite}"), config.wait):
         return _measure(config, env, planned, watching)
 
 
