@@ -51,3 +51,14 @@ def out_file(text: str) -> str:
     if not text.strip() or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a file to write (a folder or nothing)")
     return text
+
+
+_SLURM_TIME = __import__("re").compile(r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")
+
+
+def slurm_time(text: str) -> str:
+    """A Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS), checked
+    here rather than by sbatch on every node's job."""
+    if not _SLURM_TIME.match(text.strip()) or not any(c in "123456789" for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Slurm time limit (e.g. 30, 01:00:00, 1-00:00:00)")
+    return text.strip()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cxlbench.cli.argtypes import fraction, out_file, seconds, whole
+from cxlbench.cli.argtypes import fraction, out_file, seconds, slurm_time, whole
 from cxlbench.cli.commands import UserError
 
 
@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
                    help="a configuration and its nodes (repeatable), e.g. cxl-a=node[01-04]")
     r.add_argument("--nodes", help="nodes whose configuration each derives from its machine")
     r.add_argument("--partition", help="Slurm partition (without --config/--nodes: every node of it)")
-    r.add_argument("--time", default="01:00:00", help="each job's time limit (Slurm's format)")
+    r.add_argument("--time", default="01:00:00", type=slurm_time, help="each job's time limit (Slurm's format)")
     r.add_argument("--account")
     r.add_argument("--log-dir", default="reports/fleet-logs", help="where the jobs' output goes (shared)")
     r.add_argument("--python", help="the command that runs cxlbench on the nodes "
@@ -175,6 +175,8 @@ def fleet_manifests(store: str, image: str, suite: str, configs: list[str], labe
                     endpoint: str | None, kube_version: str | None, out: str | None) -> int:
     from cxlbench.fleet.kubernetes import HUGEPAGE_SIZES, JobSpec, manifests, validate
     from cxlbench.fleet.record import new_fleet_id
+    from cxlbench.runner.suite import load_suite
+    load_suite(suite)                                # a bad suite stops here, not in every pod
     pages = {}
     for item in hugepages:
         size, sep, amount = item.partition("=")

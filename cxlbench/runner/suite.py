@@ -26,7 +26,10 @@ def available() -> list[str]:
 
 
 def load_suite(name_or_path: str) -> dict[str, Any]:
-    """A suite by name (suites/<name>.toml) or by path to a TOML file."""
+    """A suite by name (suites/<name>.toml) or by path to a TOML file, checked whole:
+    its top-level keys and every table's against what they may be (benchmarks.spec),
+    so whoever loads it — run, ab, fleet run, fleet manifests — refuses a bad value
+    in one line before anything is planned, submitted or measured."""
     path = Path(name_or_path)
     if path.suffix != ".toml":
         path = SUITES_DIR / f"{name_or_path}.toml"
@@ -44,6 +47,7 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
             raise SuiteError(f"{path}: [[benchmark]] number {i + 1} has no name")
     _check_top_level(data, path)
     suite = {**DEFAULTS, **data, "name": data.get("name", path.stem), "path": str(path)}
+    families(suite)                  # every table against its family's Spec: the suite is checked whole
     return suite
 
 
