@@ -175,12 +175,13 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
 def gate(baseline: str, current: str, threshold: str | None = None, thresholds_file: str | None = None,
          allow_missing: bool = False, confirm: bool = False, ignore_identity: list[str] = (),
          markdown: str | None = None, json_out: str | None = None, junit: str | None = None,
-         root: str = "/", normalize: str | None = None) -> int:
+         root: str = "/", normalize: str | None = None, exit_undecided: bool = False) -> int:
     from cxlbench.analysis import gate as run_gate
     rerun = _rerunner(current, root) if confirm else None
     result = run_gate(baseline, current, threshold=threshold, thresholds_file=thresholds_file,
                       allow_missing=allow_missing, confirm=rerun, ignore_identity=tuple(ignore_identity),
                       normalize=normalize)
+    result.exit_undecided = exit_undecided
     print(result.summary())
     for path, text in ((markdown, result.markdown), (json_out, result.to_json),
                        (junit, result.junit_xml)):

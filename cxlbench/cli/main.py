@@ -127,6 +127,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--markdown", help="write a markdown summary here (for a CI job page)")
     g.add_argument("--json", help="write the machine-readable verdict here")
     g.add_argument("--junit", help="write JUnit XML here")
+    g.add_argument("--exit-undecided", action="store_true",
+                   help="--baseline: exit 3 when nothing was slower but some case could not have shown its "
+                        "threshold (default: exit 0, and the summary says undecided)")
     normalize(g)
     g.set_defaults(func=_gate)
 
@@ -173,7 +176,7 @@ def _gate(a: argparse.Namespace) -> int:
     if a.confirm:
         raise commands.UserError("gate --baseline: --confirm takes no runs (it re-measures the flagged cases)")
     return commands.gate(a.baseline, a.current, a.threshold, a.thresholds, a.allow_missing, a.confirm is not None,
-                         a.ignore_identity, a.markdown, a.json, a.junit, a.root, a.normalize)
+                         a.ignore_identity, a.markdown, a.json, a.junit, a.root, a.normalize, a.exit_undecided)
 
 
 def main(argv: list[str] | None = None) -> int:
