@@ -290,9 +290,14 @@ def calibrate(run_a: str, run_b: str, thresholds_out: str | None = None) -> int:
 
 
 def export(run_path: str, out: str, fmt: str = "pytest-benchmark") -> int:
-    from cxlbench.export import export_pytest_benchmark
+    """A run in another tool's format: pytest-benchmark, or github-action-benchmark's
+    customBiggerIsBetter / customSmallerIsBetter (the points of that direction)."""
+    from cxlbench import export as exp
     from cxlbench.results.store import load_run
-    if fmt != "pytest-benchmark":
-        raise UserError(f"unknown export format {fmt!r} (supported: pytest-benchmark)")
-    print(f"wrote {export_pytest_benchmark(load_run(run_path), out)}")
+    if fmt not in exp.FORMATS:
+        raise UserError(f"unknown export format {fmt!r} (supported: {', '.join(exp.FORMATS)})")
+    run = load_run(run_path)
+    path = (exp.export_pytest_benchmark(run, out) if fmt == "pytest-benchmark"
+            else exp.export_github_action_benchmark(run, out, fmt))
+    print(f"wrote {path}")
     return 0

@@ -153,7 +153,9 @@ def parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write a run in another tool's format")
     e.add_argument("run")
-    e.add_argument("--format", default="pytest-benchmark")
+    e.add_argument("--format", default="pytest-benchmark",
+                   help="pytest-benchmark (default), customBiggerIsBetter or customSmallerIsBetter "
+                        "(github-action-benchmark: the points of that direction)")
     e.add_argument("-o", "--out", required=True)
     e.set_defaults(func=lambda a: commands.export(a.run, a.out, a.format))
 
