@@ -45,10 +45,15 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
                              batch, seq)
     except AdviceError as e:
         raise UserError(str(e)) from None
-    print(advice_text(advice))
+    from cxlbench.report.advice import render_advice
+    return _show(advice_text(advice), lambda path: render_advice(advice, path), out)
+
+
+def _show(text: str, render, out: str | None) -> int:
+    """Print the advice, and write its page where asked."""
+    print(text)
     if out:
-        from cxlbench.report.advice import render_advice
-        print(f"report: {render_advice(advice, out)}")
+        print(f"report: {render(out)}")
     return 0
 
 
@@ -74,11 +79,8 @@ def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus
         w = whatif(inputs.gpu, profile, model, Cluster(per_node, nodes), batch, seq, target)
     except AdviceError as e:
         raise UserError(str(e)) from None
-    print(whatif_text(w))
-    if out:
-        from cxlbench.report.advice import render_whatif
-        print(f"report: {render_whatif(w, out)}")
-    return 0
+    from cxlbench.report.advice import render_whatif
+    return _show(whatif_text(w), lambda path: render_whatif(w, path), out)
 
 
 def whatif_text(w) -> str:
