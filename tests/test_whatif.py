@@ -145,3 +145,16 @@ def test_measured_runs_can_be_the_host(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "advise", str(run), "--model", "8b", "--gpu", "h200", "--gpus", "4")
     assert code == 0 and "optimizer state on ddr0" in out and "optimizer state on nvme0" in out
     assert "measured" in out and "4 × h200" in out
+
+
+def test_activation_checkpointing_costs_a_third_more_compute_and_keeps_only_layer_inputs():
+    from cxlbench.training.configs import model_config
+    from cxlbench.training.stepmodel import ACTIVATION_BYTES, CHECKPOINT_BYTES
+    gpu, host, cluster = _h100(), load_host("h100-8gpu-cxl"), Cluster(8, 1)
+    plain = whatif(gpu, host, "70b", cluster, batch=4)
+    ckpt = whatif(gpu, host, "70b", cluster, batch=4, recompute=True)
+    assert ckpt.hbm.plain.terms["compute"] == pytest.approx(plain.hbm.plain.terms["compute"] * 4 / 3)
+    cfg, tokens = model_config("70b"), 4 * 2048
+    saved = (ACTIVATION_BYTES - CHECKPOINT_BYTES) * tokens * cfg.dim * cfg.n_layers - ACTIVATION_BYTES * tokens * cfg.dim
+    assert plain.rows[1].device_bytes - ckpt.rows[1].device_bytes == saved
+    assert ckpt.rows[1].device_bytes <= ckpt.capacity_bytes < plain.rows[1].device_bytes

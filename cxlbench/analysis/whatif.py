@@ -27,7 +27,7 @@ from cxlbench.analysis.advisor import (ASSUMED, DATASHEET, MEASURED, AdviceError
 from cxlbench.results.store import Run
 from cxlbench.training.configs import model_config, train_config
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Cluster, Prediction, Rates, Workload,
-                                         per_gpu, predict)
+                                         activation_bytes, per_gpu, predict)
 from cxlbench.units import format_count
 
 PAPER = "paper"
@@ -46,8 +46,9 @@ COMBINE_DPU = ("without DPU, step = compute + max(0, d2h − ⅔·compute) + max
                "all-HBM: compute + optimizer")
 #: What the model leaves out, said wherever its figures are shown
 LEFT_OUT = ("the gradients' reduce-scatter and the parameters' all-gather between GPUs (NVLink, InfiniBand); "
-            "activations offloaded to the host or recomputed (they stay in HBM, "
-            f"{ACTIVATION_BYTES} B × tokens × dim × layers); DPU's staleness (one step) as it affects convergence; "
+            "activations offloaded to the host (they stay in HBM: "
+            f"{ACTIVATION_BYTES} B × tokens × dim × layers, or with --recompute each layer's bf16 input and one "
+            "layer's whole); DPU's staleness (one step) as it affects convergence; "
             "the CUDA context and allocator slack in what fits")
 
 
@@ -184,6 +185,7 @@ class WhatIf:
     target: float
     rows: list[TierRow]               # hbm first, then ddr, cxl, nvme
     capacity_bytes: int
+    recompute: bool = False           # activation checkpointing
 
     @property
     def hbm(self) -> TierRow:
@@ -195,7 +197,9 @@ class WhatIf:
         where = f"{c.gpus_per_node} × {self.gpu.label.split(' (')[0]}" + (f" on each of {c.nodes} nodes"
                                                                           if c.nodes > 1 else "")
         return (f"{self.model} ({format_count(self.n_params)} params) on {where}, host {self.host.name}; "
-                f"batch {self.batch} × seq {self.seq} per GPU; the optimizer state sharded over {c.gpus} GPUs")
+                f"batch {self.batch} × seq {self.seq} per GPU"
+                + (", activations checkpointed" if self.recompute else "")
+                + f"; the optimizer state sharded over {c.gpus} GPUs")
 
     def figures(self) -> list[Figure]:
         seen, out = set(), []
@@ -207,13 +211,14 @@ class WhatIf:
         return out
 
 
-def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool, nvme: bool) -> Workload:
+def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool, nvme: bool,
+              recompute: bool = False) -> Workload:
     cfg, train = model_config(model), train_config(model, batch=batch, seq_len=seq)
     n = cfg.num_params()
     return Workload(n_params=n, n_params_nonembed=cfg.num_params(embeddings=False), n_layers=cfg.n_layers,
                     dim=cfg.dim, seq_len=seq, tokens_per_step=batch * seq, nvme_bytes=12 if nvme else 0,
                     offload=offload, chunks=max(1, -(-n // (cluster.gpus * train.chunk_params))),
-                    shards=cluster.gpus)
+                    shards=cluster.gpus, recompute=recompute)
 
 
 def _node_rates(gpu: GpuInputs, tier: HostTier, scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Rates:
@@ -289,7 +294,7 @@ def _held_by(p: Prediction, scaled: str) -> str:
 
 
 def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batch: int | None = None,
-           seq: int | None = None, target: float = 0.90) -> WhatIf:
+           seq: int | None = None, target: float = 0.90, recompute: bool = False) -> WhatIf:
     """Every tier the host has, priced for one GPU of the cluster, as shares of all-HBM."""
     if gpu.adamw is None:
         raise AdviceError("no GPU AdamW rate for the all-HBM reference: name a datasheet GPU with --gpu")
@@ -297,16 +302,17 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
         raise AdviceError(f"--target {target * 100:g}% must lie between 0 and 100%")
     train = train_config(model, batch=batch, seq_len=seq)
     cfg = model_config(model)
-    activations = ACTIVATION_BYTES * train.batch * train.seq_len * cfg.dim * cfg.n_layers
+    activations = activation_bytes(train.batch * train.seq_len, cfg.dim, cfg.n_layers, recompute)
     n = cfg.num_params()
-    w_hbm = _workload(model, train.batch, train.seq_len, cluster, offload=False, nvme=False)
+    w_hbm = _workload(model, train.batch, train.seq_len, cluster, offload=False, nvme=False, recompute=recompute)
     hbm = predict(w_hbm, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value), "none")
     hbm_tokens = _tokens(hbm, w_hbm, cluster)
     rows = [TierRow("hbm", "hbm", hbm, hbm, hbm_tokens, hbm_tokens, int(16 * n / cluster.gpus + activations),
                     1.0, 1.0)]
     for kind in HOST_TIERS:
         for tier in sorted((t for t in host.tiers.values() if t.kind == kind), key=lambda t: t.name):
-            w = _workload(model, train.batch, train.seq_len, cluster, offload=True, nvme=kind == "nvme")
+            w = _workload(model, train.batch, train.seq_len, cluster, offload=True, nvme=kind == "nvme",
+                          recompute=recompute)
             plain, dpu = (price(w, gpu, tier, cluster, o) for o in ("overlapped", "dpu"))
             row = TierRow(tier.name, kind, plain, dpu, _tokens(plain, w, cluster), _tokens(dpu, w, cluster),
                           int(4 * n / cluster.gpus + activations))
@@ -315,7 +321,8 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
             rows.append(row)
     if len(rows) == 1:
         raise AdviceError(f"host {host.name!r} has no DDR, CXL or NVMe tier to place the optimizer state on")
-    return WhatIf(model, n, gpu, host, cluster, train.batch, train.seq_len, target, rows, int(gpu.hbm.value * GIB))
+    return WhatIf(model, n, gpu, host, cluster, train.batch, train.seq_len, target, rows, int(gpu.hbm.value * GIB),
+                  recompute)
 
 
 __all__ = ["load_host", "host_from_runs", "whatif", "price", "HostProfile", "Need", "TierRow", "WhatIf", "PER_CORE_ADAMW",

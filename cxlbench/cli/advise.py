@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mfu: float | None = None,
            within: float = 0.10, tiers: Sequence[str] | None = None, out: str | None = None,
            batch: int | None = None, seq: int | None = None, gpus: int | None = None, nodes: int = 1,
-           host: str | None = None, target: float = 0.90, published: bool = False) -> int:
+           host: str | None = None, target: float = 0.90, published: bool = False,
+           recompute: bool = False) -> int:
     """Print the advice for `model` from the runs at or below `results` (and write it as
     HTML to `out`); mfu None: the default (0.40), assumed, for a datasheet GPU. With a
     host profile or more than one GPU: each tier's share of all-HBM on that server
@@ -36,7 +37,7 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
         raise UserError("advise needs --model (tiny, small, 1b, 3b, 8b, 70b), or --published")
     if host is not None or (gpus or 1) > 1 or nodes > 1:
         return server(results, model, gpu, DEFAULT_MFU if mfu is None else mfu, gpus, nodes, host, target,
-                      batch, seq, out)
+                      batch, seq, out, recompute)
     if not results:
         raise UserError("advise needs results (run directories or folders) with training runs, or --host "
                         "PROFILE for a server's datasheet figures")
@@ -58,7 +59,8 @@ def _show(text: str, render, out: str | None) -> int:
 
 
 def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus: int | None, nodes: int,
-           host: str | None, target: float, batch: int | None, seq: int | None, out: str | None) -> int:
+           host: str | None, target: float, batch: int | None, seq: int | None, out: str | None,
+           recompute: bool = False) -> int:
     """Each tier's share of all-HBM tokens/s on a GPU server (analysis.whatif)."""
     from cxlbench.analysis.advisor import AdviceError, _check_model, _gpu_entry, gather, load_runs
     from cxlbench.analysis.whatif import host_from_runs, load_host, whatif
@@ -76,7 +78,7 @@ def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus
         inputs = gather(runs, gpu, mfu, model)
         if inputs.gpu is None:
             raise AdviceError(inputs.gpu_why)
-        w = whatif(inputs.gpu, profile, model, Cluster(per_node, nodes), batch, seq, target)
+        w = whatif(inputs.gpu, profile, model, Cluster(per_node, nodes), batch, seq, target, recompute)
     except AdviceError as e:
         raise UserError(str(e)) from None
     from cxlbench.report.advice import render_whatif
@@ -254,13 +256,16 @@ def add_parser(sub) -> None:
                                   "file of that form: each tier's share of all-HBM tokens/s on it")
     a.add_argument("--target", type=_within, default=0.90, metavar="PERCENT",
                    help="the share of all-HBM tokens/s the what-must-be-true lines aim at (default 90)")
+    a.add_argument("--recompute", action="store_true",
+                   help="with --host/--gpus: activation checkpointing (the forward runs twice, each layer keeps "
+                        "only its input)")
     a.add_argument("--published", action="store_true",
                    help="check the step model against published offload measurements (model ÷ paper)")
     a.add_argument("-o", "--out", help="also write the advice as one self-contained HTML file")
     a.set_defaults(func=lambda x: advise(
         x.results, x.model, x.gpu, x.mfu, x.within,
         [t.strip() for t in x.tiers.split(",") if t.strip()] if x.tiers else None, x.out, x.batch, x.seq,
-        x.gpus, x.nodes, x.host, x.target, x.published))
+        x.gpus, x.nodes, x.host, x.target, x.published, x.recompute))
 
 
 __all__ = ["advise", "advice_text", "whatif_text", "published_text", "add_parser"]

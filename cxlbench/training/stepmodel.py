@@ -60,6 +60,16 @@ ADAMW_BYTES = 28
 #: bf16 without recomputation (Korthikanti et al. 2022, the s·b·h·34 term; the
 #: attention-score term is left out, as flash attention does not store the scores).
 ACTIVATION_BYTES = 34
+#: With activation checkpointing only each layer's input stays (bf16, 2 bytes per token and
+#: model dimension), and one layer's full activations live at a time during its recompute.
+CHECKPOINT_BYTES = 2
+
+
+def activation_bytes(tokens: int, dim: int, layers: int, recompute: bool = False) -> int:
+    """What the activations kept for backward take on the device."""
+    if recompute:
+        return CHECKPOINT_BYTES * tokens * dim * layers + ACTIVATION_BYTES * tokens * dim
+    return ACTIVATION_BYTES * tokens * dim * layers
 
 
 @dataclass(frozen=True)
@@ -89,10 +99,15 @@ class Workload:
     chunks: int = 1                 # optimizer chunks (for the pipelined H2D tail)
     shards: int = 1                 # GPUs the optimizer state is partitioned over (ZeRO):
                                     # each steps, copies and stores N / shards of it
+    recompute: bool = False         # activation checkpointing: each layer's forward runs again
 
     @property
     def flops_per_token(self) -> int:
-        return 6 * self.n_params_nonembed + 12 * self.n_layers * self.dim * self.seq_len
+        """6·N_ne + 12·L·d·S (torchtitan, PaLM); with activation checkpointing the
+        forward runs a second time before backward: 8·N_ne + 16·L·d·S (Megatron-LM's
+        4/3, Narayanan et al. 2021)."""
+        per = 8 if self.recompute else 6
+        return per * self.n_params_nonembed + 2 * per * self.n_layers * self.dim * self.seq_len
 
     @property
     def shard_params(self) -> float:
