@@ -8,9 +8,18 @@ from cxlbench.version import __version__
 
 def load(paths, **kwargs):
     """Samples of one or more runs (run directories, or folders holding them) as one
-    tidy pandas DataFrame, one row per sample. See cxlbench.results.store.load."""
+    tidy pandas DataFrame, one row per sample; the drift sentinels only with
+    sentinels=True. See cxlbench.results.store.load."""
     from cxlbench.results.store import load as _load
     return _load(paths, **kwargs)
+
+
+def repetitions(samples):
+    """One row per process repetition of each point (the median of its inner samples),
+    from load()'s samples: what every figure cxlbench prints is a median of. See
+    cxlbench.analysis.reduction.repetitions."""
+    from cxlbench.analysis.reduction import repetitions as _repetitions
+    return _repetitions(samples)
 
 
 def history(paths="results", machine=None, suite=None):
@@ -24,4 +33,4 @@ def history(paths="results", machine=None, suite=None):
                                                                         ignore_index=True)
 
 
-__all__ = ["load", "history", "__version__"]
+__all__ = ["load", "repetitions", "history", "__version__"]

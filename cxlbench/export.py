@@ -1,4 +1,10 @@
-"""Export a run in pytest-benchmark's JSON format.
+"""Export a run in other tools' formats: pytest-benchmark's JSON, and
+github-action-benchmark's customBiggerIsBetter / customSmallerIsBetter.
+
+A point's name is made of what the case asked for — its family, initiator, target,
+the suite's parameters and the point's axis values, the metric — never of a value
+found while measuring (cpu_held, t_s, steps, huge_coverage): two runs of one suite
+give every point the same name, so the tools that follow a name over runs pair them.
 
 So `pytest-benchmark compare`, and the CI dashboards that read that format, can
 show cxlbench results. pytest-benchmark holds times (seconds, lower is better),
@@ -23,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cxlbench.analysis.compare import as_run, params_text
-from cxlbench.analysis.reduction import axis_columns, param_columns, point_id, repetitions
+from cxlbench.analysis.reduction import axis_columns, point_id, repetitions
 from cxlbench.results.store import Run, atomic_write
 
 #: The pytest-benchmark file format version these files follow.
@@ -87,43 +93,56 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
-    meta = run.meta
+def _present(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def points_of(run: Run) -> list[dict[str, Any]]:
+    """Every point of the run (a metric of a case, at its axis values) with its stable
+    name, the case's asked parameters and its per-repetition values."""
     reps = repetitions(run.samples)
     axes = axis_columns(reps)
-    params_cols = [c for c in param_columns(reps)]
+    asked = {c.get("case_id"): c.get("params") or {} for c in run.meta.get("cases") or []}
+    out = []
+    if reps.empty:
+        return out
+    for _, g in reps.groupby(["case_id", "metric"] + axes, sort=False, dropna=False):
+        first = g.iloc[0]
+        case_id = str(first["case_id"])
+        params = {k: _jsonable(v) for k, v in sorted(asked.get(case_id, {}).items()) if _present(v)}
+        ax = {a: _jsonable(first[a]) for a in axes if _present(first[a])}
+        where = f"{first['initiator']}→{first['target']}"
+        param = " ".join(x for x in [where, params_text({**params, **ax}), str(first["metric"])] if x)
+        out.append({"benchmark": str(first["benchmark"]), "name": f"{first['benchmark']}[{param}]",
+                    "param": param, "params": {**params, **ax}, "first": first,
+                    "point": point_id(case_id, {a: first[a] for a in axes}),
+                    "values": [float(v) for v in g.sort_values("repetition")["value"]],
+                    "n_inner": int(g["n_inner"].max()) if "n_inner" in g else 1})
+    return out
+
+
+def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
+    meta = run.meta
     env = meta.get("environment") or {}
     cpu = (meta.get("machine") or {}).get("cpu") or {}
     benchmarks = []
-    if not reps.empty:
-        keys = ["case_id", "metric"] + axes
-        for key, g in reps.groupby(keys, sort=False, dropna=False):
-            key = key if isinstance(key, tuple) else (key,)
-            first = g.iloc[0]
-            metric, unit, better = str(first["metric"]), str(first["unit"]), str(first["better"])
-            params = {c: _jsonable(first[c]) for c in params_cols
-                      if c in g.columns and first[c] is not None and not (isinstance(first[c], float)
-                                                                          and math.isnan(first[c]))}
-            ax = {a: first[a] for a in axes}
-            pid = point_id(str(first["case_id"]), ax)
-            values = [float(v) for v in g.sort_values("repetition")["value"]]
-            converted, as_unit = _convert(metric, unit, better, values)
-            where = f"{first['initiator']}→{first['target']}"
-            param = " ".join(x for x in [where, params_text(params), metric] if x)
-            name = f"{first['benchmark']}[{param}]"
-            benchmarks.append({
-                "group": f"{first['benchmark']} · {metric}",
-                "name": name, "fullname": f"cxlbench/{first['benchmark']}::{name}",
-                "params": params or None, "param": param,
-                "extra_info": {"metric": metric, "unit": unit, "better": better, "exported_as": as_unit,
-                               "median": statistics.median(values), "case_id": str(first["case_id"]),
-                               "point": pid, "initiator": str(first["initiator"]),
-                               "target": str(first["target"]), "tier_kind": str(first["tier_kind"]),
-                               "run_id": str(first["run_id"])},
-                "options": {"disable_gc": False, "timer": "cxlbench", "min_rounds": len(values),
-                            "max_time": 0, "min_time": 0, "warmup": False},
-                "stats": stats(converted, int(g["n_inner"].max()) if "n_inner" in g else 1),
-            })
+    for p in points_of(run):
+        first, values = p["first"], p["values"]
+        metric, unit, better = str(first["metric"]), str(first["unit"]), str(first["better"])
+        converted, as_unit = _convert(metric, unit, better, values)
+        benchmarks.append({
+            "group": f"{p['benchmark']} · {metric}",
+            "name": p["name"], "fullname": f"cxlbench/{p['benchmark']}::{p['name']}",
+            "params": p["params"] or None, "param": p["param"],
+            "extra_info": {"metric": metric, "unit": unit, "better": better, "exported_as": as_unit,
+                           "median": statistics.median(values), "case_id": str(first["case_id"]),
+                           "point": p["point"], "initiator": str(first["initiator"]),
+                           "target": str(first["target"]), "tier_kind": str(first["tier_kind"]),
+                           "run_id": str(first["run_id"])},
+            "options": {"disable_gc": False, "timer": "cxlbench", "min_rounds": len(values),
+                        "max_time": 0, "min_time": 0, "warmup": False},
+            "stats": stats(converted, p["n_inner"]),
+        })
     return {
         "machine_info": {"node": meta.get("hostname"), "processor": cpu.get("model") or platform.processor(),
                          "machine": platform.machine(), "python_compiler": "",
@@ -146,11 +165,46 @@ def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
 
 def export_pytest_benchmark(run: Run | str | Path, path: str | Path) -> Path:
     """Write `run` (a run directory or a loaded Run) to `path` as pytest-benchmark JSON."""
-    data = pytest_benchmark_dict(as_run(run))
+    return _write(pytest_benchmark_dict(as_run(run)), path)
+
+
+#: github-action-benchmark's two custom tools, and the direction each holds
+GAB_TOOLS = {"customBiggerIsBetter": "higher", "customSmallerIsBetter": "lower"}
+
+
+def github_action_benchmark_list(run: Run, tool: str) -> list[dict[str, Any]]:
+    """The points whose metric goes `tool`'s way, in github-action-benchmark's custom
+    format: name, unit, value (the median of the repetitions, as cxlbench prints it),
+    range (its 95% interval) and extra (repetitions, the case and the run)."""
+    from cxlbench.analysis.stats import median_ci
+    want = GAB_TOOLS[tool]
+    out = []
+    for p in points_of(run):
+        first = p["first"]
+        if str(first["better"]) != want:
+            continue
+        lo, hi, cover = median_ci(p["values"])
+        out.append({"name": p["name"], "unit": str(first["unit"]), "value": statistics.median(p["values"]),
+                    "range": f"{lo:.6g} to {hi:.6g} ({cover:.0%} interval)" if math.isfinite(lo) else "",
+                    "extra": f"{len(p['values'])} repetitions; case {first['case_id']}; run {first['run_id']}"})
+    return out
+
+
+def export_github_action_benchmark(run: Run | str | Path, path: str | Path, tool: str) -> Path:
+    """Write the points of `run` whose direction is `tool`'s (customBiggerIsBetter or
+    customSmallerIsBetter): one file per tool, as github-action-benchmark reads one
+    tool per step."""
+    return _write(github_action_benchmark_list(as_run(run), tool), path)
+
+
+def _write(data: Any, path: str | Path) -> Path:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, json.dumps(data, indent=1, allow_nan=False, default=str).encode())
     return out
 
 
-__all__ = ["export_pytest_benchmark", "pytest_benchmark_dict"]
+FORMATS = ("pytest-benchmark", *GAB_TOOLS)
+
+__all__ = ["export_pytest_benchmark", "pytest_benchmark_dict", "export_github_action_benchmark",
+           "github_action_benchmark_list", "points_of", "FORMATS", "GAB_TOOLS"]

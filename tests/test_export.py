@@ -73,3 +73,56 @@ def test_pytest_benchmark_compare_reads_it(exported):
     assert proc.returncode == 0, proc.stderr[-2000:]
     out_text = proc.stdout
     assert "latency[cpu:node0→ddr0" in out_text and "0001_a)" in out_text and "0002_b)" in out_text, out_text[:3000]
+
+
+def _with_found_values(rng, label, root):
+    """A run whose samples carry values found while measuring, different every run
+    (cpu_held, t_s, steps), as real runs' samples do."""
+    results = syn.suite_results(rng, **SMALL)
+    for r in results:
+        for s in r.samples:
+            s.params = {**s.params, "cpu_held": float(rng.uniform(0.9, 1.0)), "t_s": float(rng.uniform(0.1, 4)),
+                        "steps": int(rng.integers(1e6, 1e8))}
+    return syn.write_run(root / "results", results, label=label)
+
+
+def test_a_points_name_is_what_the_case_asked_never_what_was_found(tmp_path):
+    """Two runs of one suite: every exported point has the same name in both, and
+    pytest-benchmark compare lists each name once per run."""
+    rng = np.random.default_rng(5)
+    a, b = (_with_found_values(rng, label, tmp_path) for label in ("a", "b"))
+    out_a, out_b = export_pytest_benchmark(a, tmp_path / "0001_a.json"), export_pytest_benchmark(b, tmp_path / "0002_b.json")
+    names_a = [x["name"] for x in json.loads(out_a.read_text())["benchmarks"]]
+    names_b = [x["name"] for x in json.loads(out_b.read_text())["benchmarks"]]
+    assert len(set(names_a)) == len(names_a) and sorted(names_a) == sorted(names_b)
+    assert not any(word in n for n in names_a for word in ("cpu_held", "t_s=", "steps="))
+    proc = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", str(out_a), str(out_b),
+                           "--columns=median"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name in names_a:
+        rows = [line for line in proc.stdout.splitlines() if line.startswith(name + " (")]
+        assert len(rows) == 2 and any("0001_a)" in r for r in rows) and any("0002_b)" in r for r in rows), name
+
+
+def test_github_action_benchmark_files_carry_unit_and_direction(tmp_path):
+    from cxlbench.export import github_action_benchmark_list
+    from cxlbench.results.store import load_run
+    run = load_run(_with_found_values(np.random.default_rng(6), "a", tmp_path))
+    bigger = github_action_benchmark_list(run, "customBiggerIsBetter")
+    smaller = github_action_benchmark_list(run, "customSmallerIsBetter")
+    assert bigger and smaller
+    assert {x["unit"] for x in bigger} == {"GB/s"} and "ns" in {x["unit"] for x in smaller}
+    for x in bigger + smaller:
+        assert set(x) == {"name", "unit", "value", "range", "extra"} and x["value"] > 0
+        assert "repetitions" in x["extra"]
+    assert not {x["name"] for x in bigger} & {x["name"] for x in smaller}
+
+
+def test_export_refuses_an_unknown_format_in_one_line(tmp_path, capsys):
+    from cxlbench.cli.main import main
+    run = _with_found_values(np.random.default_rng(7), "a", tmp_path)
+    assert main(["export", str(run), "--format", "csv", "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "customBiggerIsBetter" in err
+    assert main(["export", str(run), "--format", "customSmallerIsBetter", "-o", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())[0]["unit"]

@@ -139,3 +139,26 @@ def test_a_derived_configuration_name_is_readable_and_tells_different_hardware_a
     assert name.startswith("xeon-platinum-8480-2s-cxl1-ddr1-")
     other = {**meta, "tiers": meta["tiers"][:1] + [{"name": "cxl2", "kind": "cxl", "capacity_bytes": 2**39}]}
     assert derive(other) != name and derive(meta) == name
+
+
+@pytest.mark.parametrize("config, says", [
+    ("a;touch x=2", "label value 'a;touch x' is not valid"),
+    ("lead-=1", "label value 'lead-' is not valid"),
+    (f"{'c' * 64}=1", "is not valid: at most 63 characters"),
+])
+def test_a_configuration_name_the_api_server_would_refuse_is_one_line_and_exit_2(tmp_path, capsys, config, says):
+    """The OpenAPI schema types a label as any string; the label syntax is checked
+    before anything is written."""
+    from cxlbench.cli.main import main
+    out = tmp_path / "fleet.yaml"
+    code = main(["fleet", "manifests", "--store", str(tmp_path / "s"), "--image", "cxlbench:1",
+                 "--config", config, "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and says in err and not out.exists()
+
+
+def test_valid_label_values_pass_the_label_check():
+    from cxlbench.fleet.kubernetes import label_problems
+    for key, value in (("cxlbench.io/config", "cxl-a"), ("config", "A.b_c-1"), ("cxlbench.io/config", "")):
+        assert label_problems(key, value) == []
+    assert label_problems("Bad.Prefix/config", "x") and label_problems("cxlbench.io/", "x")

@@ -324,3 +324,26 @@ def test_inconclusive_carries_minimum_detectable_effect():
     data = json.loads(gate(base, cur).to_json())
     assert all(c["mde"] is not None for c in data["cases"])
     assert not math.isnan(rows["mde"].iloc[0])
+
+
+def test_a_pass_that_could_not_see_the_threshold_says_undecided_not_no_regression(tmp_path):
+    """Noisy A/A runs: nothing slower, but the intervals are wider than 5%: the summary,
+    the job page and the JSON say undecided and what would decide it; --exit-undecided
+    turns it into exit 3 for jobs that want that."""
+    rng = np.random.default_rng(31)             # a draw where no case lands slower by chance
+    base = syn.make_run(sim_results(rng, 50, noise=0.15), label="a")
+    cur = syn.make_run(sim_results(rng, 50, noise=0.15), label="b")
+    result = gate(base, cur)
+    assert result.status == "pass" and result.undecided and result.exit_code == 0
+    assert result.summary().startswith("cxlbench gate: UNDECIDED, no case slower")
+    assert "could not have detected a 5.0% change" in result.summary() and "--history" in result.summary()
+    md = result.markdown()
+    assert md.startswith("## ❔ cxlbench gate: undecided") and "no regression" not in md.splitlines()[0]
+    data = json.loads(result.to_json())
+    assert data["decided"] is False and "cxlbench ab" in data["undecided"]
+    result.exit_undecided = True
+    assert result.exit_code == 3
+    calm = syn.make_run(sim_results(rng, 50, noise=0.002), label="c")
+    quiet = gate(calm, calm)                    # every case decided: an ordinary pass
+    quiet.exit_undecided = True
+    assert not quiet.undecided and quiet.exit_code == 0 and quiet.markdown().startswith("## ✅")

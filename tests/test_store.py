@@ -93,3 +93,43 @@ def test_paths_that_are_not_runs(tmp_path):
         load(f)
     with pytest.raises(ResultsError, match="not a directory"):
         RunWriter(f, "m", {})
+
+
+def _readme_snippet() -> str:
+    """The README's pandas example, as a user would paste it."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"```python\n(import cxlbench\n.*?)```", text, re.S).group(1)
+    assert "cxlbench.load(" in block
+    return block
+
+
+def test_the_readme_one_liner_gives_each_case_the_median_the_summary_prints(tmp_path):
+    """A run whose 256 MiB DRAM sentinel shares the key of a 256 MiB latency case: the
+    README's lines give that case its own median (the reduction's, which the summary and
+    report print), not one pooled with the sentinel's samples."""
+    from cxlbench.analysis.reduction import points, repetitions
+    big = 256 << 20
+    w = RunWriter(tmp_path / "results", "host", {"families": {**LATENCY, "sentinel": LATENCY["latency"]}})
+    case = Case("latency", "cpu:node0", "ddr0", "ddr", {"working_set_bytes": big, "page": "4k"})
+    probe = Case("sentinel", "cpu:node0", "ddr0", "ddr", {"working_set_bytes": big, "page": "4k",
+                                                          "probe": "dram_chase"})
+    reps = [[100.0, 101.0, 140.0], [102.0, 103.0, 99.0], [110.0, 98.0, 97.0], [104.0, 104.5, 90.0]]
+    w.add(CaseResult(case, "ok", "", [Sample("latency_ns", v, r, {"iteration": i})
+                                      for r, vals in enumerate(reps) for i, v in enumerate(vals)]))
+    w.add(CaseResult(probe, "ok", "", [Sample("latency_ns", 400.0 + i, i, {}) for i in range(12)]))
+    w.finish()
+    code = (_readme_snippet().replace('"results/"', repr(str(tmp_path / "results")))
+            .replace("reps[reps.metric", "result = reps[reps.metric"))
+    scope: dict = {}
+    exec(code, scope)
+    got = scope["result"]
+    run = load_run(w.path)
+    samples = run.samples[run.samples.benchmark == "latency"]
+    expected = float(points(repetitions(samples))["median"].iloc[0])
+    assert len(got) == 1 and float(got.iloc[0]) == pytest.approx(expected)
+    assert expected == pytest.approx(101.5)    # the median of the repetitions' medians: 101, 102, 98, 104
+    every = cxlbench.load(tmp_path / "results", sentinels=True)
+    assert set(every.benchmark) == {"latency", "sentinel"}
+    assert set(cxlbench.load(tmp_path / "results").benchmark) == {"latency"}

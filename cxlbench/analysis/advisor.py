@@ -111,6 +111,7 @@ class HostTier:
     nvme_read: Figure | None = None
     nvme_write: Figure | None = None
     end_to_end: Figure | None = None      # NVMe: the file-backed step as measured, for comparison
+    bandwidth: Figure | None = None       # what the tier gives all of a node's copies at once (a profile's)
     capacity_bytes: int | None = None     # on the machine that measured it
     machine: str = ""
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import chi2
 
 from cxlbench.analysis.compare import (Comparison, RunLike, text_table, compare, fmt_change, fmt_ci_change,
                                        fmt_pct)
@@ -144,11 +145,9 @@ def _ladder(x: float) -> float:
 
 def _upper_factor(n: int, p: float = 0.10) -> float:
     """sqrt((n−1)/χ²_p(n−1)): turns a σ estimated from n cases into its one-sided
-    90% upper bound (Wilson–Hilferty for the χ² quantile)."""
+    90% upper bound (scipy's exact χ² quantile)."""
     k = max(n - 1, 1)
-    z = -1.2816 if p == 0.10 else float(__import__("statistics").NormalDist().inv_cdf(p))
-    chi = k * (1 - 2 / (9 * k) + z * np.sqrt(2 / (9 * k))) ** 3
-    return float(np.sqrt(k / chi)) if chi > 0 else 3.0
+    return float(np.sqrt(k / chi2.ppf(p, k)))
 
 
 def _round_up(x: float) -> float:

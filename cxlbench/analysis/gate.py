@@ -27,6 +27,9 @@ from cxlbench.results.store import ResultsError, Run
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 EXIT = {PASS: 0, FAIL: 1, ERROR: 2}
+#: The exit status of an undecided pass for jobs that ask for it (--exit-undecided):
+#: the history gate's "suspect", take more evidence before calling it either way.
+UNDECIDED_EXIT = 3
 
 Rerun = Callable[[list[str]], Run | str | Path]
 
@@ -42,10 +45,30 @@ class GateResult:
     new: pd.DataFrame | None = None                # current points not in the baseline
     confirm: dict[str, Any] | None = None          # what --confirm did
     confidence: float = CONFIDENCE
+    exit_undecided: bool = False                   # an undecided pass exits 3 instead of 0
 
     @property
     def exit_code(self) -> int:
+        if self.status == PASS and self.exit_undecided and self.undecided:
+            return UNDECIDED_EXIT
         return EXIT[self.status]
+
+    @property
+    def undecided(self) -> bool:
+        """A pass that could not have seen a regression of its threshold in some case:
+        none was slower, but their intervals were too wide to say they were not."""
+        return self.status == PASS and self.counts()[INCONCLUSIVE] > 0
+
+    def undecided_line(self) -> str:
+        """What the pass could not see, and what would decide it."""
+        rows = self.rows[self.rows["verdict"] == INCONCLUSIVE]
+        mde = rows["mde"].replace([math.inf], math.nan).median()
+        thresholds = sorted(set(rows["threshold"].round(6)))
+        thr = fmt_pct(thresholds[0]) if len(thresholds) == 1 else "their thresholds"
+        return (f"{len(rows)} of {len(self.rows)} cases could not have detected a {thr} change "
+                f"(median minimum detectable effect {fmt_pct(mde) if math.isfinite(mde) else 'unbounded'}); "
+                "decide them against the machine's history (`cxlbench gate --history`) or with an interleaved "
+                "A/B (`cxlbench ab`)")
 
     @property
     def rows(self) -> pd.DataFrame:
@@ -70,9 +93,12 @@ class GateResult:
         if self.status == ERROR:
             return "cxlbench gate: inputs unusable — " + "; ".join(self.errors)
         c = self.counts()
-        head = "cxlbench gate: REGRESSION" if self.status == FAIL else "cxlbench gate: pass"
+        head = ("cxlbench gate: REGRESSION" if self.status == FAIL else
+                "cxlbench gate: UNDECIDED, no case slower" if self.undecided else "cxlbench gate: pass")
         text = (f"{head} — {len(self.regressions)} slower, {c[INCONCLUSIVE]} inconclusive, "
                 f"{c[SAME]} same, {c[FASTER]} faster")
+        if self.undecided:
+            text += f"; {self.undecided_line()}"
         if self.confirm and self.confirm.get("ran"):
             text += (f" (re-ran {len(self.confirm['case_ids'])} flagged cases: "
                      f"{len(self.confirm['confirmed'])} confirmed)")
@@ -100,6 +126,7 @@ class GateResult:
                 cases.append(item)
         return {
             "tool": "cxlbench gate", "status": self.status, "exit_code": self.exit_code,
+            "decided": not self.undecided, "undecided": self.undecided_line() if self.undecided else None,
             "summary": self.summary(), "errors": self.errors, "warnings": self.warnings,
             "confidence": self.confidence, "normalized": cmp.normalized if cmp else "",
             "thresholds": None if self.thresholds is None else {
@@ -125,7 +152,11 @@ class GateResult:
         """A summary for a CI job page."""
         icon = {PASS: "✅", FAIL: "❌", ERROR: "⚠️"}[self.status]
         title = {PASS: "no regression", FAIL: "regression", ERROR: "inputs unusable"}[self.status]
+        if self.undecided:      # a CI page must not say more than the data: it saw no regression, not none
+            icon, title = "❔", "undecided — no case slower, but not every case could have shown it"
         out = [f"## {icon} cxlbench gate: {title}", ""]
+        if self.undecided:
+            out += [f"**Undecided:** {_md(self.undecided_line())}.", ""]
         cmp = self.comparison
         if cmp is not None:
             for info in cmp.runs[:2]:

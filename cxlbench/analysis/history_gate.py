@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy.stats import false_discovery_control
 
 from cxlbench.analysis.history import History, labels, run_rows
 from cxlbench.analysis.stats import t_cdf, t_quantile
@@ -73,19 +74,13 @@ class HistoryVerdict:
 
 
 def bh_adjust(p: np.ndarray) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values (q-values), NaN kept NaN."""
+    """Benjamini-Hochberg adjusted p-values (q-values; scipy's false_discovery_control),
+    NaN kept NaN and left out of the count."""
     p = np.asarray(p, dtype=float)
     out = np.full_like(p, np.nan)
     ok = np.isfinite(p)
-    if not ok.any():
-        return out
-    v = p[ok]
-    order = np.argsort(v)
-    ranked = v[order] * len(v) / np.arange(1, len(v) + 1)
-    ranked = np.minimum.accumulate(ranked[::-1])[::-1]
-    adj = np.empty_like(v)
-    adj[order] = np.minimum(ranked, 1.0)
-    out[ok] = adj
+    if ok.any():
+        out[ok] = false_discovery_control(p[ok], method="bh")
     return out
 
 

@@ -2,6 +2,9 @@
 
     cxlbench advise RESULTS... --model 8b [--gpu h200] [--mfu 0.4] [--within 10]
                     [--tiers hbm,ddr,nvme] [--batch N] [--seq N] [-o advice.html]
+    cxlbench advise [RESULTS...] --model 70b --gpu h100-sxm --gpus 8 [--nodes N]
+                    --host PROFILE [--target 90] [-o advice.html]   each tier's share of all-HBM
+    cxlbench advise --published        the step model against published offload measurements
 
 The body is `advise(...)`, a function with explicit parameters (tests call it);
 `add_parser` is the thin argparse layer. A missing input, an unknown model or
@@ -18,22 +21,152 @@ from cxlbench.units import format_number
 if TYPE_CHECKING:
     from cxlbench.analysis.advisor import Advice
 
-def advise(results: Sequence[str], model: str, gpu: str | None = None, mfu: float | None = None,
+def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mfu: float | None = None,
            within: float = 0.10, tiers: Sequence[str] | None = None, out: str | None = None,
-           batch: int | None = None, seq: int | None = None) -> int:
+           batch: int | None = None, seq: int | None = None, gpus: int | None = None, nodes: int = 1,
+           host: str | None = None, target: float = 0.90, published: bool = False,
+           recompute: bool = False) -> int:
     """Print the advice for `model` from the runs at or below `results` (and write it as
-    HTML to `out`); mfu None: the default (0.40), assumed, for a datasheet GPU."""
+    HTML to `out`); mfu None: the default (0.40), assumed, for a datasheet GPU. With a
+    host profile or more than one GPU: each tier's share of all-HBM on that server
+    (whatif); with `published`: the model against published measurements."""
     from cxlbench.analysis.advisor import DEFAULT_MFU, AdviceError, advise as make_advice
+    if published:
+        return published_report()
+    if model is None:
+        raise UserError("advise needs --model (tiny, small, 1b, 3b, 8b, 70b), or --published")
+    if host is not None or (gpus or 1) > 1 or nodes > 1:
+        return server(results, model, gpu, DEFAULT_MFU if mfu is None else mfu, gpus, nodes, host, target,
+                      batch, seq, out, recompute)
+    if not results:
+        raise UserError("advise needs results (run directories or folders) with training runs, or --host "
+                        "PROFILE for a server's datasheet figures")
     try:
         advice = make_advice(results, model, gpu, DEFAULT_MFU if mfu is None else mfu, within, tiers,
                              batch, seq)
     except AdviceError as e:
         raise UserError(str(e)) from None
-    print(advice_text(advice))
+    from cxlbench.report.advice import render_advice
+    return _show(advice_text(advice), lambda path: render_advice(advice, path), out)
+
+
+def _show(text: str, render, out: str | None) -> int:
+    """Print the advice, and write its page where asked."""
+    print(text)
     if out:
-        from cxlbench.report.advice import render_advice
-        print(f"report: {render_advice(advice, out)}")
+        print(f"report: {render(out)}")
     return 0
+
+
+def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus: int | None, nodes: int,
+           host: str | None, target: float, batch: int | None, seq: int | None, out: str | None,
+           recompute: bool = False) -> int:
+    """Each tier's share of all-HBM tokens/s on a GPU server (analysis.whatif)."""
+    from cxlbench.analysis.advisor import AdviceError, _check_model, _gpu_entry, gather, load_runs
+    from cxlbench.analysis.whatif import host_from_runs, load_host, whatif
+    from cxlbench.training.stepmodel import Cluster
+    try:
+        _check_model(model)
+        if gpu is not None:
+            _gpu_entry(gpu)
+        runs = load_runs(results) if results else []
+        if host is None and not runs:
+            raise AdviceError("no host to place the state on: give --host PROFILE (cxlbench/analysis/hosts.toml "
+                              "or a file of that form) or results with training runs")
+        profile = load_host(host) if host is not None else host_from_runs(runs)
+        per_node = gpus or profile.gpus or 1
+        inputs = gather(runs, gpu, mfu, model)
+        if inputs.gpu is None:
+            raise AdviceError(inputs.gpu_why)
+        w = whatif(inputs.gpu, profile, model, Cluster(per_node, nodes), batch, seq, target, recompute)
+    except AdviceError as e:
+        raise UserError(str(e)) from None
+    from cxlbench.report.advice import render_whatif
+    return _show(whatif_text(w), lambda path: render_whatif(w, path), out)
+
+
+def whatif_text(w) -> str:
+    from cxlbench.analysis.compare import text_table
+    from cxlbench.analysis.whatif import COMBINE_DPU
+    lines = [w.headline,
+             "MODELLED, not measured: training.stepmodel priced for one GPU with its share of its node; " + COMBINE_DPU,
+             ""]
+    rows = [[r.label, f"{r.device_bytes / 2**30:,.0f} GiB", "yes" if r.device_bytes <= w.capacity_bytes else "no",
+             format_number(r.tokens_per_s), _pct(r.share), format_number(r.dpu_tokens_per_s), _pct(r.dpu_share),
+             *(format_number(r.plain.terms.get(t)) for t in ("compute", "d2h", "h2d", "optimizer", "nvme"))]
+            for r in w.rows]
+    lines += text_table(["placement", "HBM need/GPU", "fits", "tokens/s", "of all-HBM", "tokens/s DPU",
+                         "with DPU", "compute s", "d2h s", "h2d s", "optimizer s", "nvme s"], rows,
+                        {1, 3, 4, 5, 6, 7, 8, 9, 10, 11})
+    if w.hbm.device_bytes > w.capacity_bytes:
+        lines.append(f"all-HBM does not fit {w.capacity_bytes / 2**30:.0f} GiB a GPU (needs "
+                     f"{w.hbm.device_bytes / 2**30:,.0f} GiB): it is the reference each share is taken of, as if it did")
+    lines += ["", f"what must be true for {w.target * 100:g}% of all-HBM tokens/s:"]
+    for r in w.rows[1:]:
+        lines += [f"  {r.tier}: {n}" for n in r.needs]
+    lines += ["", "inputs (measured / datasheet / paper / assumed):"]
+    for f in w.figures():
+        lines.append(f"  {f.source.kind:<9}  {f.name}: {f.shown}" + (f" — {f.detail}" if f.detail else ""))
+        lines.append(f"  {'':<9}    {f.source}")
+    from cxlbench.analysis.whatif import LEFT_OUT
+    lines += ["", "not modelled: " + LEFT_OUT]
+    return "\n".join(lines)
+
+
+def published_report() -> int:
+    """The step model against every published case: model ÷ paper per point, with its
+    inputs and their provenance; exit 0 whether or not a check misses (a miss is a
+    finding, shown with the term that misses, not a failure of the command)."""
+    from cxlbench.analysis.published import CaseError, check_all
+    try:
+        results, context = check_all()
+    except CaseError as e:
+        raise UserError(str(e)) from None
+    print(published_text(results, context))
+    return 0
+
+
+def published_text(results, context) -> str:
+    from cxlbench.analysis.compare import text_table
+    from cxlbench.analysis.published import FLOPS_RULE
+    held = sum(p.holds for r in results for p in r.points)
+    total = sum(len(r.points) for r in results)
+    lines = [f"The step-time model against published offload measurements: {held} of {total} checks hold",
+             "Each check predicts a figure its case's inputs do not contain; nothing is fitted to the case.",
+             f"TFLOPS are converted with the papers' own count: {FLOPS_RULE}.", ""]
+    for r in results:
+        c = r.case
+        lines += [f"{c.title}", f"  {c.source}" + (f" ({c.url.split('://', 1)[-1]})" if c.url else ""),
+                  f"  predicts {c.predicts}; holds within {_tolerance(c.tolerance, c.tolerance_kind)}"]
+        rows = [[p.label, f"{p.model:.3g}", f"{p.paper:.3g}",
+                 f"{p.model / p.paper:.3f}" if p.kind == "relative" else f"{p.error:+.3f}",
+                 "holds" if p.holds else "MISSES", p.misses_on] for p in r.points]
+        head = "model ÷ paper" if all(p.kind == "relative" for p in r.points) else "model − paper"
+        lines += ["  " + line for line in text_table(["point", "model", "paper", head, "", "the term that misses"],
+                                                     rows, {1, 2, 3})]
+        lines.append("  inputs:")
+        for i in c.inputs.values():
+            lines.append(f"    {i.provenance:<7}  {i.name} = {_value(i.value)}{' ' + i.unit if i.unit else ''} — {i.where}")
+        for i in c.fields.values():
+            lines.append(f"    {i.provenance:<7}  {i.name} (per point) — {i.where}")
+        for p, label in zip(c.points, (pr.label for pr in r.points)):
+            for name, meta in (p.get("provenance") or {}).items():
+                lines.append(f"    {meta['provenance']:<7}  {name} = {_value(p[name])} at {p.get('label', label)} — "
+                             f"{meta['where']}")
+        lines.append("")
+    lines.append("Context, not checks (too little stated to predict without fitting):")
+    for x in context:
+        lines += [f"  {x.title}: {x.figures}", f"    why not a check: {x.why}"]
+    return "\n".join(lines)
+
+
+def _value(v) -> str:
+    from cxlbench.units import format_count
+    return format_count(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) >= 1e5 else str(v)
+
+
+def _tolerance(tol: float, kind: str) -> str:
+    return f"±{tol * 100:g}%" if kind == "relative" else f"±{tol:g}"
 
 
 def _pct(x: float) -> str:
@@ -103,9 +236,9 @@ def _positive(text: str) -> int:
 def add_parser(sub) -> None:
     a = sub.add_parser("advise", help="where the optimizer state should live: every placement modelled "
                                       "from measured rates (and a GPU's datasheet)")
-    a.add_argument("results", nargs="+", help="run directories or results folders (the runs' training "
+    a.add_argument("results", nargs="*", help="run directories or results folders (the runs' training "
                                               "and storage figures are the inputs)")
-    a.add_argument("--model", required=True, help="model config: tiny, small, 1b, 3b, 8b, 70b")
+    a.add_argument("--model", help="model config: tiny, small, 1b, 3b, 8b, 70b")
     a.add_argument("--gpu", help="a datasheet entry (h100-sxm, h200, b200, a100-80gb); default: a GPU "
                                  "training run among the results")
     a.add_argument("--mfu", type=_fraction,
@@ -116,10 +249,23 @@ def add_parser(sub) -> None:
                                    "(ddr0,nvme0), comma-separated; default every kind")
     a.add_argument("--batch", type=_positive, help="sequences per step (default: the config's)")
     a.add_argument("--seq", type=_positive, help="tokens per sequence (default: the config's)")
+    a.add_argument("--gpus", type=_positive, help="GPUs per node, the optimizer state sharded over "
+                                                             "all of them (with --host: default the profile's)")
+    a.add_argument("--nodes", type=_positive, default=1, help="nodes, each a copy of the host (default 1)")
+    a.add_argument("--host", help="a server profile (cxlbench/analysis/hosts.toml: h100-8gpu-cxl) or a .toml "
+                                  "file of that form: each tier's share of all-HBM tokens/s on it")
+    a.add_argument("--target", type=_within, default=0.90, metavar="PERCENT",
+                   help="the share of all-HBM tokens/s the what-must-be-true lines aim at (default 90)")
+    a.add_argument("--recompute", action="store_true",
+                   help="with --host/--gpus: activation checkpointing (the forward runs twice, each layer keeps "
+                        "only its input)")
+    a.add_argument("--published", action="store_true",
+                   help="check the step model against published offload measurements (model ÷ paper)")
     a.add_argument("-o", "--out", help="also write the advice as one self-contained HTML file")
     a.set_defaults(func=lambda x: advise(
         x.results, x.model, x.gpu, x.mfu, x.within,
-        [t.strip() for t in x.tiers.split(",") if t.strip()] if x.tiers else None, x.out, x.batch, x.seq))
+        [t.strip() for t in x.tiers.split(",") if t.strip()] if x.tiers else None, x.out, x.batch, x.seq,
+        x.gpus, x.nodes, x.host, x.target, x.published, x.recompute))
 
 
-__all__ = ["advise", "advice_text", "add_parser"]
+__all__ = ["advise", "advice_text", "whatif_text", "published_text", "add_parser"]

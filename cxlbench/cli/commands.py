@@ -178,12 +178,13 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
 def gate(baseline: str, current: str, threshold: str | None = None, thresholds_file: str | None = None,
          allow_missing: bool = False, confirm: bool = False, ignore_identity: list[str] = (),
          markdown: str | None = None, json_out: str | None = None, junit: str | None = None,
-         root: str = "/", normalize: str | None = None) -> int:
+         root: str = "/", normalize: str | None = None, exit_undecided: bool = False) -> int:
     from cxlbench.analysis import gate as run_gate
     rerun = _rerunner(current, root) if confirm else None
     result = run_gate(baseline, current, threshold=threshold, thresholds_file=thresholds_file,
                       allow_missing=allow_missing, confirm=rerun, ignore_identity=tuple(ignore_identity),
                       normalize=normalize)
+    result.exit_undecided = exit_undecided
     print(result.summary())
     for path, text in ((markdown, result.markdown), (json_out, result.to_json),
                        (junit, result.junit_xml)):
@@ -295,9 +296,14 @@ def calibrate(run_a: str, run_b: str, thresholds_out: str | None = None) -> int:
 
 
 def export(run_path: str, out: str, fmt: str = "pytest-benchmark") -> int:
-    from cxlbench.export import export_pytest_benchmark
+    """A run in another tool's format: pytest-benchmark, or github-action-benchmark's
+    customBiggerIsBetter / customSmallerIsBetter (the points of that direction)."""
+    from cxlbench import export as exp
     from cxlbench.results.store import load_run
-    if fmt != "pytest-benchmark":
-        raise UserError(f"unknown export format {fmt!r} (supported: pytest-benchmark)")
-    print(f"wrote {export_pytest_benchmark(load_run(run_path), out)}")
+    if fmt not in exp.FORMATS:
+        raise UserError(f"unknown export format {fmt!r} (supported: {', '.join(exp.FORMATS)})")
+    run = load_run(run_path)
+    path = (exp.export_pytest_benchmark(run, out) if fmt == "pytest-benchmark"
+            else exp.export_github_action_benchmark(run, out, fmt))
+    print(f"wrote {path}")
     return 0

@@ -131,6 +131,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--markdown", type=out_file, help="write a markdown summary here (for a CI job page)")
     g.add_argument("--json", type=out_file, help="write the machine-readable verdict here")
     g.add_argument("--junit", type=out_file, help="write JUnit XML here")
+    g.add_argument("--exit-undecided", action="store_true",
+                   help="--baseline: exit 3 when nothing was slower but some case could not have shown its "
+                        "threshold (default: exit 0, and the summary says undecided)")
     normalize(g)
     g.set_defaults(func=_gate)
 
@@ -154,7 +157,9 @@ def parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write a run in another tool's format")
     e.add_argument("run")
-    e.add_argument("--format", default="pytest-benchmark")
+    e.add_argument("--format", default="pytest-benchmark",
+                   help="pytest-benchmark (default), customBiggerIsBetter or customSmallerIsBetter "
+                        "(github-action-benchmark: the points of that direction)")
     e.add_argument("-o", "--out", type=out_file, required=True)
     e.set_defaults(func=lambda a: commands.export(a.run, a.out, a.format))
 
@@ -177,7 +182,7 @@ def _gate(a: argparse.Namespace) -> int:
     if a.confirm:
         raise commands.UserError("gate --baseline: --confirm takes no runs (it re-measures the flagged cases)")
     return commands.gate(a.baseline, a.current, a.threshold, a.thresholds, a.allow_missing, a.confirm is not None,
-                         a.ignore_identity, a.markdown, a.json, a.junit, a.root, a.normalize)
+                         a.ignore_identity, a.markdown, a.json, a.junit, a.root, a.normalize, a.exit_undecided)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,16 +104,47 @@ def manifests(specs: list[JobSpec]) -> str:
     return "".join(f"---\n{json.dumps(job(s), indent=2)}\n" for s in specs)
 
 
+#: A label value (and a label key's name part): at most 63 characters, alphanumerics at
+#: both ends, '-', '_' and '.' between (Kubernetes, "Labels and Selectors: Syntax").
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_problems(key: str, value: str) -> list[str]:
+    """What the API server would refuse in one label (the OpenAPI schema types a label
+    as any string, so the schema check alone passes `a;touch x`)."""
+    out = []
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        out.append(f"label value {value!r} is not valid: at most 63 characters, letters, digits, '-', '_' and "
+                   "'.', starting and ending with a letter or digit")
+    prefix, _, name = key.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or not name \
+            or len(name) > 63 or not _LABEL_VALUE.match(name):
+        out.append(f"label key {key!r} is not valid: an optional DNS subdomain and '/', then a name as a label "
+                   "value is written")
+    return out
+
+
+def _labels_of(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+    found = list((doc.get("metadata", {}).get("labels") or {}).items())
+    return found + list((pod.get("nodeSelector") or {}).items())
+
+
 def validate(text: str, version: str | None = None) -> list[str]:
     """Each document checked against the Kubernetes API schema, offline (the schemas
-    ship inside kubernetes-validate); one line per problem, none when valid."""
+    ship inside kubernetes-validate), and its labels and node selector against the
+    label syntax the schema leaves to the API server; one line per problem, none
+    when valid."""
     import kubernetes_validate
     from kubernetes_validate.utils import latest_version
     version = version or latest_version()
     problems = []
     for i, doc in enumerate(d for d in text.split("---\n") if d.strip()):
+        data = json.loads(doc)
+        problems += [f"document {i + 1}: {p}" for k, v in _labels_of(data) for p in label_problems(k, str(v))]
         try:
-            kubernetes_validate.validate(json.loads(doc), version, strict=True)
+            kubernetes_validate.validate(data, version, strict=True)
         except Exception as e:      # ValidationError, SchemaNotFoundError, ...
             problems.append(f"document {i + 1}: {str(e).splitlines()[0]}")
     return problems

@@ -1,6 +1,7 @@
 """The placement advice as one self-contained HTML page (`cxlbench advise -o FILE`).
 
     render_advice(advice, out) -> Path
+    render_whatif(whatif, out) -> Path     a server's tiers as shares of all-HBM (--host, --gpus)
 
 What it shows is report.placements' section: the chart of every placement's
 throughput relative to the best, the step's breakdown, the inputs with their
@@ -13,10 +14,11 @@ from typing import Any
 
 from cxlbench.version import __version__
 from cxlbench.analysis.advisor import Advice
+from cxlbench.analysis.whatif import COMBINE_DPU, LEFT_OUT, WhatIf
 from cxlbench.report import _css, build, environment
-from cxlbench.report.placements import advice_section, tier_key
+from cxlbench.report.placements import _bare, advice_section, tier_key
 from cxlbench.results.store import atomic_write
-from cxlbench.units import tier_order
+from cxlbench.units import format_number, tier_order
 
 
 def advice_context(a: Advice) -> dict[str, Any]:
@@ -27,7 +29,57 @@ def advice_context(a: Advice) -> dict[str, Any]:
 
 
 def render_advice(a: Advice, out: str | Path) -> Path:
-    html = environment().get_template("advice.html").render(**advice_context(a))
+    return _write(environment().get_template("advice.html").render(**advice_context(a)), out)
+
+
+def _share_chart(w: WhatIf, maker: build.ChartMaker):
+    """The seed chart's form: each tier's tokens/s as a share of all-HBM's, a bar per
+    tier and composition, coloured by tier."""
+    bars = [("all-HBM", "hbm0", 1.0, w.hbm.tokens_per_s, "")]
+    for r in w.rows[1:]:
+        bars += [(f"{r.tier}, without DPU", r.tier, r.share, r.tokens_per_s, ""),
+                 (f"{r.tier}, with DPU", r.tier, r.dpu_share, r.dpu_tokens_per_s, "")]
+    return build.relative_bars(maker, f"{w.model} on {w.cluster.gpus} × {w.gpu.label.split(' (')[0]}: "
+                                      "tokens/s as a share of all-HBM (modelled)",
+                               "tokens/s relative to all-HBM (1 = the state in HBM)", bars)
+
+
+def _published_rows() -> dict[str, Any]:
+    from cxlbench.analysis.published import check_all
+    results, _ = check_all()
+    rows = [{"case": r.case.title, "label": p.label, "model": f"{p.model:.3g}", "paper": f"{p.paper:.3g}",
+             "ratio": f"{p.model / p.paper:.3f}", "holds": p.holds, "why": p.misses_on,
+             "tolerance": f"±{p.tolerance * 100:g}%" if p.kind == "relative" else f"±{p.tolerance:g}"}
+            for r in results for p in r.points]
+    held = sum(r["holds"] for r in rows)
+    return {"rows": rows, "summary": f"{held} of {len(rows)} checks hold."}
+
+
+def whatif_context(w: WhatIf) -> dict[str, Any]:
+    maker = build.ChartMaker("w", ["hbm0", *(r.tier for r in w.rows[1:])])
+    terms = ("compute", "d2h", "h2d", "optimizer", "nvme")
+    rows = [{"label": r.label, "tier": r.tier, "need": f"{r.device_bytes / 2**30:,.0f} GiB",
+             "fits": r.device_bytes <= w.capacity_bytes, "tokens": format_number(r.tokens_per_s),
+             "share": f"{r.share * 100:.3g}%", "dpu_tokens": format_number(r.dpu_tokens_per_s),
+             "dpu_share": f"{r.dpu_share * 100:.3g}%", "terms": [format_number(r.plain.terms.get(t)) for t in terms],
+             "needs": [str(n) for n in r.needs]} for r in w.rows]
+    hbm_note = "" if w.hbm.device_bytes <= w.capacity_bytes else (
+        f"All-HBM does not fit {w.capacity_bytes / 2**30:.0f} GiB a GPU (it needs {w.hbm.device_bytes / 2**30:,.0f} "
+        "GiB): it is the reference each share is taken of, as if it did.")
+    inputs = [{"kind": f.source.kind, "name": f.name, "value": f.shown, "detail": f.detail,
+               "source": f.source.text, "where": _bare(f.source.url)} for f in w.figures()]
+    return {"css": _css(), "version": __version__, "w": {"headline": w.headline, "gpus": w.cluster.gpus},
+            "title": f"{w.model} on {w.cluster.gpus} GPUs: what each tier leaves of all-HBM",
+            "svg": maker.svg(_share_chart(w, maker), wide=True), "rows": rows, "terms": terms,
+            "combine": COMBINE_DPU, "hbm_note": hbm_note, "target": f"{w.target * 100:g}%", "inputs": inputs,
+            "left_out": LEFT_OUT, "published": _published_rows()}
+
+
+def render_whatif(w: WhatIf, out: str | Path) -> Path:
+    return _write(environment().get_template("whatif.html").render(**whatif_context(w)), out)
+
+
+def _write(html: str, out: str | Path) -> Path:
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, html.encode("utf-8"))

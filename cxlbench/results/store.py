@@ -371,14 +371,22 @@ def _find_stored_runs(url: str) -> list[str]:
     return runs
 
 
-def load(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
+#: The drift sentinels' family: reference probes the runner visits between cases. Their
+#: samples carry the same metrics and keys as cases (a 256 MiB DRAM chase beside a 256
+#: MiB latency case), so a groupby written for cases would fold them in.
+SENTINEL = "sentinel"
+
+
+def load(paths: str | Path | Iterable[str | Path], sentinels: bool = False) -> pd.DataFrame:
     """Samples of every run at or below the given paths (folders or store URLs), as
     one tidy DataFrame; each row also says its machine and hardware configuration,
-    so a fleet's store reads as one table."""
+    so a fleet's store reads as one table. The drift sentinels' samples are left out
+    unless `sentinels` asks for them (benchmark == "sentinel")."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     frames = [_tagged(load_run(r)) for p in paths for r in find_runs(p)]
-    return pd.concat(frames, ignore_index=True) if frames else _empty()
+    df = pd.concat(frames, ignore_index=True) if frames else _empty()
+    return df if sentinels else df[df["benchmark"] != SENTINEL].reset_index(drop=True)
 
 
 def machine_of(meta: dict[str, Any]) -> str:

@@ -30,6 +30,19 @@ How the terms add up depends on what the engine overlaps:
       the cores the forward and backward use, so CPU work adds up again; only the NVMe
       I/O, which waits on the device rather than a core, can hide behind it:
       step = max(compute + d2h + h2d + optimizer, nvme)
+  - "streamed": the parameters themselves live on the host (ZeRO-3/ZeRO-Infinity's
+      parameter offload): each forward and backward fetches them (param_bytes counts
+      every fetch: 6 = bf16 three times with recomputation) and sends the gradients
+      down, prefetched behind the compute; the update then runs alone, as ZeRO-Infinity
+      §4 says it must (it cannot overlap compute):
+      step = max(compute, d2h + h2d) + max(optimizer, nvme)
+
+Many GPUs (Cluster, per_gpu): the workload is one GPU's (its tokens; the optimizer
+state partitioned over `shards` GPUs, so every host term prices N / shards) and the
+rates are its share of its node's: the node's CPU AdamW rate and NVMe bandwidth
+split over its GPUs, each GPU's PCIe link bounded by the host tier's bandwidth over
+the node's GPUs. Left out: the gradients' reduce-scatter and the parameters'
+all-gather between GPUs (NVLink, InfiniBand), and activations offloaded to the host.
 
 A measured step more than `tolerance` (20%) away from the model is flagged, with
 the terms that disagree; faster than the model is suspicious (wrong tier, lazy
@@ -47,6 +60,16 @@ ADAMW_BYTES = 28
 #: bf16 without recomputation (Korthikanti et al. 2022, the s·b·h·34 term; the
 #: attention-score term is left out, as flash attention does not store the scores).
 ACTIVATION_BYTES = 34
+#: With activation checkpointing only each layer's input stays (bf16, 2 bytes per token and
+#: model dimension), and one layer's full activations live at a time during its recompute.
+CHECKPOINT_BYTES = 2
+
+
+def activation_bytes(tokens: int, dim: int, layers: int, recompute: bool = False) -> int:
+    """What the activations kept for backward take on the device."""
+    if recompute:
+        return CHECKPOINT_BYTES * tokens * dim * layers + ACTIVATION_BYTES * tokens * dim
+    return ACTIVATION_BYTES * tokens * dim * layers
 
 
 @dataclass(frozen=True)
@@ -74,10 +97,58 @@ class Workload:
     nvme_bytes: int = 0             # per parameter, in the optimizer file (8: m, v; 12: + p)
     offload: bool = True            # grads and params cross to the host
     chunks: int = 1                 # optimizer chunks (for the pipelined H2D tail)
+    shards: int = 1                 # GPUs the optimizer state is partitioned over (ZeRO):
+                                    # each steps, copies and stores N / shards of it
+    recompute: bool = False         # activation checkpointing: each layer's forward runs again
 
     @property
     def flops_per_token(self) -> int:
-        return 6 * self.n_params_nonembed + 12 * self.n_layers * self.dim * self.seq_len
+        """6·N_ne + 12·L·d·S (torchtitan, PaLM); with activation checkpointing the
+        forward runs a second time before backward: 8·N_ne + 16·L·d·S (Megatron-LM's
+        4/3, Narayanan et al. 2021)."""
+        per = 8 if self.recompute else 6
+        return per * self.n_params_nonembed + 2 * per * self.n_layers * self.dim * self.seq_len
+
+    @property
+    def shard_params(self) -> float:
+        """The parameters one GPU's optimizer partition holds."""
+        return self.n_params / self.shards
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Data parallelism over `gpus_per_node` GPUs on each of `nodes` hosts, the
+    optimizer state partitioned over all of them (ZeRO-Offload's layout): each GPU's
+    partition is stepped by its share of its host's cores and crosses its own PCIe
+    link, and the GPUs of a node share what the node has once (ZeRO-Infinity's
+    bandwidth-centric rule: the host side is the min of the links and the tier)."""
+    gpus_per_node: int = 1
+    nodes: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+def per_gpu(node: "Rates", cluster: Cluster, host_Bps: float | None = None) -> "Rates":
+    """One GPU's rates from a node's: `node` holds one GPU's link (d2h, h2d), the
+    node's CPU AdamW rate over all its cores and its NVMe bandwidth; `host_Bps` is
+    what the tier the copies read and write gives all the node's GPUs at once (None:
+    the links are the bound). The GPUs of a node split the cores, the tier and the
+    drives evenly."""
+    g = cluster.gpus_per_node
+
+    def link(rate: float | None) -> float | None:
+        if rate is None:
+            return None
+        return min(rate, host_Bps / g) if host_Bps else rate
+
+    def split(rate: float | None) -> float | None:
+        return None if rate is None else rate / g
+
+    return Rates(flops_per_s=node.flops_per_s, d2h_Bps=link(node.d2h_Bps), h2d_Bps=link(node.h2d_Bps),
+                 opt_params_per_s=split(node.opt_params_per_s), nvme_read_Bps=split(node.nvme_read_Bps),
+                 nvme_write_Bps=split(node.nvme_write_Bps), compute_s=node.compute_s)
 
 
 @dataclass
@@ -93,7 +164,7 @@ class Prediction:
 
 
 #: Every composition predict() knows, as the engines run them (see the module docstring)
-OVERLAPS = ("serial", "overlapped", "none", "dpu", "dpu-shared")
+OVERLAPS = ("serial", "overlapped", "none", "dpu", "dpu-shared", "streamed")
 
 
 def _host_chain(w: Workload, opt: float, nvme: float, h2d: float) -> float:
@@ -108,14 +179,14 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     basis = "probe" if r.compute_s is not None else "flops"
     terms = {"compute": r.compute_s if r.compute_s is not None
              else w.flops_per_token * w.tokens_per_step / r.flops_per_s}
+    n = w.shard_params
     if w.offload and r.d2h_Bps and r.h2d_Bps:
-        terms["d2h"] = w.grad_bytes * w.n_params / r.d2h_Bps
-        terms["h2d"] = w.param_bytes * w.n_params / r.h2d_Bps
+        terms["d2h"] = w.grad_bytes * n / r.d2h_Bps
+        terms["h2d"] = w.param_bytes * n / r.h2d_Bps
     if r.opt_params_per_s:
-        terms["optimizer"] = w.n_params / r.opt_params_per_s
+        terms["optimizer"] = n / r.opt_params_per_s
     if w.nvme_bytes and r.nvme_read_Bps and r.nvme_write_Bps:
-        terms["nvme"] = (w.nvme_bytes * w.n_params / r.nvme_read_Bps
-                         + w.nvme_bytes * w.n_params / r.nvme_write_Bps)
+        terms["nvme"] = w.nvme_bytes * n / r.nvme_read_Bps + w.nvme_bytes * n / r.nvme_write_Bps
     c, d2h, h2d = terms["compute"], terms.get("d2h", 0.0), terms.get("h2d", 0.0)
     opt, nvme = terms.get("optimizer", 0.0), terms.get("nvme", 0.0)
     if overlap == "none":
@@ -128,6 +199,8 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
         step = max(c + max(0.0, d2h - 2 * c / 3), _host_chain(w, opt, nvme, h2d))
     elif overlap == "dpu-shared":
         step = max(c + d2h + h2d + opt, nvme)
+    elif overlap == "streamed":
+        step = max(c, d2h + h2d) + max(opt, nvme)
     else:
         raise ValueError(f"unknown overlap {overlap!r} ({', '.join(OVERLAPS)})")
     return Prediction(terms, step, overlap, basis)

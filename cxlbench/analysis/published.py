@@ -1,0 +1,363 @@
+"""Published offload measurements, as out-of-sample checks of the step-time model.
+
+    load_cases(folder=PUBLISHED) -> ([Case], [Context])
+    check(case) -> CaseResult          model ÷ paper per point, with the terms behind it
+    check_all(folder=PUBLISHED) -> ([CaseResult], [Context])
+
+The model has only met this project's own CPU steps. Others have measured GPU offload
+steps and published them with their hardware: each file of analysis/published/ is one
+such source — its configuration, its hardware figures, the result it reported and
+where (table, figure), every input labelled `paper` or `assumed`. A check predicts a
+figure the case's inputs do not contain (the with-DPU bar from the without-DPU one,
+64 GPUs from one GPU, a step from bandwidths); nothing is fitted to the case checked.
+An input a paper lacks is assumed by one rule for every case, named in the input's
+`where` ("the GPT-2 rule", "the NVMe rule", "the one V100 rule"). Sources that state too
+little to predict anything without fitting are kept as context, with the reason.
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from cxlbench.training.stepmodel import Cluster, Rates, Workload, per_gpu, predict
+
+PUBLISHED = Path(__file__).with_name("published")
+PAPER, ASSUMED = "paper", "assumed"
+
+
+class CaseError(Exception):
+    """A published case file that cannot be read or checked: one line naming it."""
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    value: Any
+    provenance: str            # paper / assumed
+    where: str                 # table, figure or section; for an assumed input, the rule
+    unit: str = ""
+
+
+@dataclass
+class Case:
+    id: str                    # the file's stem
+    title: str
+    source: str
+    url: str
+    check: str                 # which prediction (CHECKS)
+    predicts: str
+    tolerance: float
+    tolerance_kind: str        # relative (model ÷ paper − 1) / absolute (model − paper)
+    inputs: dict[str, Input]
+    fields: dict[str, Input]   # each point column's provenance (value unused)
+    points: list[dict[str, Any]]
+    settings: dict[str, Any] = field(default_factory=dict)   # the [case] table's other keys
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self.inputs[name].value
+        except KeyError:
+            raise CaseError(f"{self.id}: [inputs] has no {name!r}, which the {self.check} check needs") from None
+
+    def point_inputs(self, point: dict[str, Any]) -> list[Input]:
+        """A point's own values with their provenance (a point may override its column's)."""
+        own = point.get("provenance") or {}
+        out = []
+        for name, meta in self.fields.items():
+            if name in point:
+                m = {**vars(meta), **own.get(name, {})}
+                out.append(Input(name, point[name], m["provenance"], m["where"], m.get("unit", "")))
+        return out
+
+
+@dataclass(frozen=True)
+class Context:
+    title: str
+    source: str
+    url: str
+    figures: str
+    why: str
+
+
+@dataclass
+class PointResult:
+    label: str
+    model: float
+    paper: float
+    tolerance: float
+    kind: str                  # relative / absolute
+    terms: dict[str, float]    # the model's seconds per term behind `model`
+    unit: str = ""
+    gap: str = ""              # what the paper's figure implies that the model lacks, in seconds
+    figures: tuple[str, ...] = ()   # the point's columns `paper` is made of: never read by the model
+
+    @property
+    def error(self) -> float:
+        """model ÷ paper − 1 (relative) or model − paper (absolute)."""
+        return self.model / self.paper - 1 if self.kind == "relative" else self.model - self.paper
+
+    @property
+    def holds(self) -> bool:
+        return abs(self.error) <= self.tolerance + 1e-12
+
+    @property
+    def misses_on(self) -> str:
+        """For a miss, the term that misses: what the paper's figure implies beside what
+        the model has."""
+        if self.holds:
+            return ""
+        if self.gap or not self.terms:
+            return self.gap
+        term, seconds = max(self.terms.items(), key=lambda kv: kv[1])
+        return f"the model's largest term: {term} {seconds:.3g} s"
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    points: list[PointResult]
+
+    @property
+    def holds(self) -> bool:
+        return all(p.holds for p in self.points)
+
+
+# ---- reading -------------------------------------------------------------------------
+
+def _input(table: str, name: str, raw: Any, case_id: str) -> Input:
+    if not isinstance(raw, dict) or "provenance" not in raw or "where" not in raw:
+        raise CaseError(f"{case_id}: [{table}] {name} needs provenance and where (paper or assumed, and the "
+                        "table, figure or rule)")
+    if raw["provenance"] not in (PAPER, ASSUMED):
+        raise CaseError(f"{case_id}: [{table}] {name}: provenance {raw['provenance']!r} is neither "
+                        f"{PAPER!r} nor {ASSUMED!r}")
+    return Input(name, raw.get("value"), raw["provenance"], raw["where"], raw.get("unit", ""))
+
+
+def read_case(path: Path) -> Case:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise CaseError(f"{path}: {e}") from None
+    case_id = path.stem
+    head = dict(data.get("case") or {})
+    missing = [k for k in ("title", "source", "check", "tolerance") if k not in head]
+    if missing:
+        raise CaseError(f"{path}: [case] lacks {', '.join(missing)}")
+    if head["check"] not in CHECKS:
+        raise CaseError(f"{path}: check {head['check']!r} is not one of {', '.join(CHECKS)}")
+    inputs = {k: _input("inputs", k, v, case_id) for k, v in (data.get("inputs") or {}).items()}
+    fields = {k: _input("fields", k, v, case_id) for k, v in (data.get("fields") or {}).items()}
+    known = {"title", "source", "url", "check", "predicts", "tolerance", "tolerance_kind"}
+    return Case(case_id, head["title"], head["source"], head.get("url", ""), head["check"],
+                head.get("predicts", ""), float(head["tolerance"]), head.get("tolerance_kind", "relative"),
+                inputs, fields, list(data.get("point") or []),
+                {k: v for k, v in head.items() if k not in known})
+
+
+def load_cases(folder: str | Path = PUBLISHED) -> tuple[list[Case], list[Context]]:
+    """Every case file of the folder (checks) and every [[context]] entry."""
+    cases, context = [], []
+    for path in sorted(Path(folder).glob("*.toml")):
+        data = tomllib.loads(path.read_text())
+        if "context" in data:
+            context += [Context(c["title"], c["source"], c.get("url", ""), c["figures"], c["why"])
+                        for c in data["context"]]
+        if "case" in data:
+            cases.append(read_case(path))
+    return cases, context
+
+
+# ---- the model, on a GPT-2-like shape --------------------------------------------------
+
+#: How the ZeRO papers and DeepSpeed count a step's FLOPs: 2·4·tokens·params, the
+#: forward, its recomputation (activation checkpointing) and the backward, with no
+#: attention or vocabulary term (ZeRO-Infinity eq. 7; DeepSpeedExamples' Megatron
+#: flops_calculator). Their TFLOPS convert to seconds only through their own count.
+FLOPS_RULE = "8 × parameters × tokens per step (ZeRO-Infinity eq. 7, DeepSpeed's flops_calculator)"
+
+
+def gpt2(case: Case, layers: int, hidden: int, batch: int, **kw) -> Workload:
+    """A GPT-2-like decoder as the ZeRO papers size them: 12·l·h² in the blocks, plus
+    the tied token embedding and the learned positions (what DeepSpeed's parameter
+    count holds)."""
+    seq, vocab = int(case["seq"]), int(case["vocab"])
+    blocks = 12 * layers * hidden ** 2
+    n = blocks + vocab * hidden + seq * hidden
+    return _workload(case, n, blocks + vocab * hidden, layers, hidden, seq, batch * seq, **kw)
+
+
+def _workload(case: Case, n: int, n_ne: int, layers: int, dim: int, seq: int, tokens: int, **kw) -> Workload:
+    chunk = case.inputs["chunk_params"].value if "chunk_params" in case.inputs else n
+    return Workload(n_params=n, n_params_nonembed=n_ne, n_layers=layers, dim=dim, seq_len=seq,
+                    tokens_per_step=tokens, chunks=max(1, math.ceil(n / chunk)), **kw)
+
+
+def flops_per_step(w: Workload) -> float:
+    """FLOPS_RULE: the papers' own count, for their TFLOPS and the GPU type's rate."""
+    return 8.0 * w.n_params * w.tokens_per_step
+
+
+def compute_for(w: Workload, r: Rates, overlap: str, step_s: float) -> float:
+    """The compute seconds that make the model's step last `step_s` under `overlap`
+    (the step grows with compute in every composition, so bisection finds it): how a
+    published step is split into the GPU's share and the host's, with no fitting —
+    the host terms come from the case's own figures."""
+    lo, hi = 0.0, step_s
+    if predict(w, replace(r, compute_s=lo), overlap).step_s > step_s:
+        raise CaseError(f"the host terms alone ({predict(w, replace(r, compute_s=0.0), overlap).step_s:.3g} s) "
+                        f"outlast the published step ({step_s:.3g} s)")
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if predict(w, replace(r, compute_s=mid), overlap).step_s < step_s:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _link(case: Case) -> float:
+    return float(case["link_GBps"]) * 1e9
+
+
+# ---- the checks ------------------------------------------------------------------------
+
+def _dpu_ratio(case: Case) -> list[PointResult]:
+    """With ÷ without DPU: the without-DPU step (from its TFLOPS) is split into compute
+    and the host's update by the serial composition ("overlapped"), then priced again
+    with the update behind the next step ("dpu")."""
+    out = []
+    for p in case.points:
+        w = gpt2(case, p["layers"], p["hidden"], p["batch"])
+        rates = Rates(flops_per_s=0.0, d2h_Bps=_link(case), h2d_Bps=_link(case),
+                      opt_params_per_s=w.n_params / p["cpu_adam_s"])
+        without_s = flops_per_step(w) / (p["without_tflops"] * 1e12)
+        rates = replace(rates, compute_s=compute_for(w, rates, "overlapped", without_s))
+        dpu = predict(w, rates, "dpu")
+        hidden = without_s * (1 - p["without_tflops"] / p["with_tflops"])
+        gap = (f"host update: the paper's bars hide {hidden:.3g} s a step, the model's DPU hides "
+               f"{without_s - dpu.step_s:.3g} s (the update it was given: CPU-Adam {p['cpu_adam_s']:.3g} s)")
+        out.append(PointResult(p["label"], without_s / dpu.step_s, p["with_tflops"] / p["without_tflops"],
+                               case.tolerance, case.tolerance_kind, dpu.terms, gap=gap, figures=("with_tflops",)))
+    return out
+
+
+def _scaling(case: Case) -> list[PointResult]:
+    """TFLOPS per GPU at N GPUs from the 1-GPU figure: the same compute per GPU, the
+    optimizer state partitioned over N, a node's cores and host bandwidth shared by
+    its GPUs (stepmodel.per_gpu)."""
+    per_node = int(case["gpus_per_node"])
+    w1 = gpt2(case, case["layers"], case["hidden"], case["batch"])
+    node = Rates(flops_per_s=0.0, d2h_Bps=_link(case), h2d_Bps=_link(case),
+                 opt_params_per_s=float(case["node_adam_params_per_s"]))
+    host = float(case["host_GBps"]) * 1e9
+    flops = flops_per_step(w1)
+    one_s = flops / (float(case["one_gpu_tflops"]) * 1e12)
+    overlap = "dpu" if case["dpu"] else "overlapped"
+    compute = compute_for(w1, per_gpu(node, Cluster(1, 1), host), overlap, one_s)
+    out = []
+    for p in case.points:
+        n = int(p["gpus"])
+        cluster = Cluster(min(n, per_node), math.ceil(n / per_node))
+        pred = predict(replace(w1, shards=n), per_gpu(replace(node, compute_s=compute), cluster, host), overlap)
+        paper_s = flops / (p["tflops"] * 1e12)
+        gap = (f"between GPUs: the paper's step is {paper_s - pred.step_s:+.3g} s beside the model's "
+               f"{pred.step_s:.3g} s, which has no term for the gradients' reduction between GPUs, and Fig. 11 "
+               f"does not state the batch per GPU at each count")
+        out.append(PointResult(f"{n} GPUs", flops / pred.step_s / 1e12, p["tflops"], case.tolerance,
+                               case.tolerance_kind, pred.terms, "TFLOPS", gap, ("tflops",)))
+    return out
+
+
+def _streamed_tflops(case: Case) -> list[PointResult]:
+    """TFLOPS per GPU with the parameters in CPU memory and the optimizer state on NVMe
+    (ZeRO-Infinity): compute at the one rate for the GPU type, every host term at the
+    GPU's share of what its node gives 16 GPUs reading at once."""
+    per_node = int(case["gpus_per_node"])
+    gpu_flops = float(case["v100_tflops"]) * 1e12
+    node = Rates(flops_per_s=gpu_flops, d2h_Bps=_link(case), h2d_Bps=_link(case),
+                 opt_params_per_s=float(case["node_adam_params_per_s"]),
+                 nvme_read_Bps=float(case["nvme_read_GBps"]) * 1e9,
+                 nvme_write_Bps=float(case["nvme_write_GBps"]) * 1e9)
+    rates = per_gpu(node, Cluster(per_node, 1), float(case["host_GBps"]) * 1e9)
+    out = []
+    for p in case.points:
+        w = gpt2(case, p["layers"], p["hidden"], p["batch"], param_bytes=int(case["param_bytes"]),
+                 grad_bytes=int(case["grad_bytes"]), nvme_bytes=int(case["nvme_bytes"]), shards=per_node)
+        pred = predict(w, replace(rates, compute_s=flops_per_step(w) / gpu_flops), "streamed")
+        out.append(PointResult(p["label"], flops_per_step(w) / pred.step_s / 1e12, p["tflops"], case.tolerance,
+                               case.tolerance_kind, pred.terms, "TFLOPS", figures=("tflops",)))
+    return out
+
+
+def _phases(case: Case) -> list[PointResult]:
+    """Forward + backward from FLOPs at the GPU type's one rate; then the step as the
+    model composes the logged phases (the optimizer logged, not predicted: this half
+    checks the composition — serial, no DPU — not a rate)."""
+    w = gpt2(case, case["layers"], case["hidden"], case["batch"])
+    compute = predict(w, Rates(flops_per_s=1.0, compute_s=flops_per_step(w) / (float(case["v100_tflops"]) * 1e12)),
+                      "none")
+    step_tol = float(case.settings.get("step_tolerance", case.tolerance))
+    out = []
+    for p in case.points:
+        fb = p["forward_s"] + p["backward_s"]
+        out.append(PointResult(f"iteration {p['iteration']}: forward + backward", compute.terms["compute"], fb,
+                               case.tolerance, case.tolerance_kind, compute.terms, "s",
+                               figures=("forward_s", "backward_s")))
+        rates = Rates(flops_per_s=0.0, d2h_Bps=_link(case), h2d_Bps=_link(case),
+                      opt_params_per_s=w.n_params / p["optimizer_s"], compute_s=fb)
+        step = predict(w, rates, "overlapped")
+        out.append(PointResult(f"iteration {p['iteration']}: step", step.step_s, p["elapsed_s"], step_tol,
+                               "relative", step.terms, "s", figures=("elapsed_s",)))
+    return out
+
+
+def _update_phase(case: Case) -> list[PointResult]:
+    """The host's update with the optimizer state on NVMe, from the drives' and the
+    link's bandwidths: every byte of the state (and the gradients) read and written
+    through the narrower of the drives together and the link they share, the CPU's
+    Adam hidden behind the I/O where it is shorter (the model's max(optimizer, nvme))."""
+    n = float(case["params"])
+    link = float(case["link_GBps"]) * 1e9
+    w = _workload(case, int(n), int(n), 1, 1, 1, 1, nvme_bytes=int(case["nvme_bytes"]))
+    out = []
+    for p in case.points:
+        drives = int(p["ssds"])
+        rates = Rates(flops_per_s=1.0, compute_s=0.0, opt_params_per_s=n / float(case["cpu_adam_s"]),
+                      nvme_read_Bps=min(drives * float(case["ssd_read_GBps"]) * 1e9, link),
+                      nvme_write_Bps=min(drives * float(case["ssd_write_GBps"]) * 1e9, link))
+        pred = predict(w, rates, "streamed")      # compute 0: the step is the update alone
+        out.append(PointResult(f"{drives} SSDs", pred.step_s, p["update_s"], case.tolerance, case.tolerance_kind,
+                               pred.terms, "s", figures=("update_s",)))
+    return out
+
+
+CHECKS: dict[str, Callable[[Case], list[PointResult]]] = {
+    "dpu_ratio": _dpu_ratio,
+    "scaling": _scaling,
+    "streamed_tflops": _streamed_tflops,
+    "phases": _phases,
+    "update_phase": _update_phase,
+}
+
+
+def check(case: Case) -> CaseResult:
+    try:
+        return CaseResult(case, CHECKS[case.check](case))
+    except CaseError as e:
+        raise CaseError(f"{case.id}: {e}") from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise CaseError(f"{case.id}: a point lacks or mistypes {e}: every point needs the columns its "
+                        f"{case.check} check reads") from None
+
+
+def check_all(folder: str | Path = PUBLISHED) -> tuple[list[CaseResult], list[Context]]:
+    cases, context = load_cases(folder)
+    return [check(c) for c in cases], context
+
+
+__all__ = ["load_cases", "read_case", "check", "check_all", "gpt2", "flops_per_step", "compute_for", "FLOPS_RULE",
+           "Case", "CaseResult", "PointResult", "Context", "Input", "CaseError", "CHECKS", "PUBLISHED"]

@@ -1,0 +1,329 @@
+"""The question cxlbench exists for, on a whole GPU server: with the optimizer state on
+DDR, CXL or NVMe instead of HBM, what share of all-HBM tokens/s is left — with and
+without the delayed parameter update — and what would the slower tier have to give to
+keep a target share of it?
+
+    load_host(name_or_path) -> HostProfile      a hosts.toml entry, or a file of that form
+    host_from_runs(runs, gpus) -> HostProfile   the host tiers measured runs hold
+    whatif(gpu, host, model, cluster, ...) -> WhatIf
+
+Every figure is modelled (training.stepmodel): one GPU's step, its tokens and its
+partition of the optimizer state (ZeRO: the state sharded over every GPU), its share
+of its node's cores, tier bandwidth and drives (stepmodel.per_gpu), priced
+"overlapped" (the update after backward) and "dpu" (the update behind the next step).
+All-HBM is the state in each GPU's memory, stepped there: the reference every tier's
+share is taken of, whether or not it fits — which is the seed chart's own premise.
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+from cxlbench.analysis.advisor import (ASSUMED, DATASHEET, MEASURED, AdviceError, Figure, GpuInputs, HostTier,
+                                       Source, _host_tiers)
+from cxlbench.results.store import Run
+from cxlbench.training.configs import model_config, train_config
+from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Cluster, Prediction, Rates, Workload,
+                                         activation_bytes, per_gpu, predict)
+from cxlbench.units import format_count
+
+PAPER = "paper"
+HOSTS_FILE = Path(__file__).with_name("hosts.toml")
+GIB = 2**30
+#: A CPU core's AdamW rate where a profile has no measured one: ZeRO-Offload's CPU-Adam
+#: stepped 10B parameters in 2.57 s on a DGX-2's 2× Xeon Platinum 8168, 48 cores
+#: (Ren et al. 2021, Table 4) — the one published CPU-Adam rate with its CPUs named.
+PER_CORE_ADAMW = 10e9 / 2.57 / 48
+PER_CORE_SOURCE = Source(PAPER, "ZeRO-Offload (Ren et al., ATC 2021) Table 4: CPU-Adam steps 10B parameters in "
+                                "2.57 s on 2× Xeon Platinum 8168 (48 cores): 81 M params/s per core")
+HOST_TIERS = ("ddr", "cxl", "nvme")
+#: How a row's terms add up, for the reader (training/stepmodel.py)
+COMBINE_DPU = ("without DPU, step = compute + max(0, d2h − ⅔·compute) + max(optimizer, nvme, h2d) + h2d/chunks; "
+               "with DPU, step = max(compute + max(0, d2h − ⅔·compute), max(optimizer, nvme, h2d) + h2d/chunks); "
+               "all-HBM: compute + optimizer")
+#: What the model leaves out, said wherever its figures are shown
+LEFT_OUT = ("the gradients' reduce-scatter and the parameters' all-gather between GPUs (NVLink, InfiniBand); "
+            "activations offloaded to the host (they stay in HBM: "
+            f"{ACTIVATION_BYTES} B × tokens × dim × layers, or with --recompute each layer's bf16 input and one "
+            "layer's whole); DPU's staleness (one step) as it affects convergence; "
+            "the CUDA context and allocator slack in what fits")
+
+
+@dataclass
+class HostProfile:
+    name: str
+    title: str
+    gpus: int | None                     # GPUs per node the profile describes (None: runs)
+    tiers: dict[str, HostTier]           # by tier name: ddr, cxl, nvme (a profile) or ddr0, nvme0 (runs)
+    figures: list[Figure] = field(default_factory=list)    # what the tiers' figures came from
+
+
+def _tier_adamw(kind: str, bandwidth: Figure, cores: Figure, given: dict) -> Figure:
+    """A measured rate where the profile has one; else the lower of the two bounds a
+    CPU AdamW has: the tier's bandwidth over AdamW's 28 bytes per parameter, and the
+    cores at the one published per-core rate."""
+    name = f"CPU AdamW, optimizer state on {kind.upper()}"
+    if "adamw_params_per_s" in given:
+        return Figure(name, float(given["adamw_params_per_s"]), "params/s",
+                      Source(MEASURED, given.get("adamw_source", "as the profile states")))
+    by_bw = bandwidth.value * 1e9 / ADAMW_BYTES
+    by_cores = cores.value * PER_CORE_ADAMW
+    bound = "the tier's bandwidth" if by_bw <= by_cores else "the cores"
+    return Figure(name, min(by_bw, by_cores), "params/s",
+                  Source(ASSUMED, f"modelled: the lower of {bandwidth.value:g} GB/s ÷ {ADAMW_BYTES} B per parameter "
+                                  f"({format_count(by_bw)} params/s) and {cores.value:g} cores × 81 M params/s "
+                                  f"({format_count(by_cores)} params/s, {PER_CORE_SOURCE.text}); {bound} bound it"))
+
+
+def _profile(name: str, entry: dict) -> HostProfile:
+    def source(t: dict) -> Source:
+        return Source(DATASHEET, t.get("source", "the profile"), t.get("url", ""))
+
+    try:
+        cores = Figure("CPU cores per node", float(entry["cores"]), "cores",
+                       Source(DATASHEET, entry.get("cores_source", "the profile")))
+        tiers: dict[str, HostTier] = {}
+        figures = [cores]
+        for kind in ("ddr", "cxl"):
+            if kind in entry:
+                t = entry[kind]
+                bw = Figure(f"{kind.upper()} bandwidth per node", float(t["bandwidth_GBps"]), "GB/s", source(t))
+                tiers[kind] = HostTier(kind, kind, adamw=_tier_adamw(kind, bw, cores, t), bandwidth=bw,
+                                       machine=name)
+                figures.append(bw)
+        if "nvme" in entry:
+            t = entry["nvme"]
+            ddr = tiers.get("ddr")
+            if ddr is None:
+                raise AdviceError(f"host profile {name!r}: an nvme table needs a ddr one (the update runs on DDR "
+                                  "buffers)")
+            read = Figure("NVMe read bandwidth per node", float(t["read_GBps"]), "GB/s", source(t))
+            write = Figure("NVMe write bandwidth per node", float(t["write_GBps"]), "GB/s", source(t))
+            tiers["nvme"] = HostTier("nvme", "nvme", adamw=ddr.adamw, nvme_read=read, nvme_write=write,
+                                     bandwidth=ddr.bandwidth, machine=name)
+            figures += [read, write]
+    except KeyError as e:
+        raise AdviceError(f"host profile {name!r} lacks {e.args[0]} (see cxlbench/analysis/hosts.toml for the "
+                          "form)") from None
+    except (TypeError, ValueError) as e:
+        raise AdviceError(f"host profile {name!r}: {e}") from None
+    gpus = entry.get("gpus")
+    return HostProfile(name, entry.get("title", name), int(gpus) if gpus else None, tiers, figures)
+
+
+def load_host(name: str, path: str | Path = HOSTS_FILE) -> HostProfile:
+    """A profile of hosts.toml by name, or a .toml file holding one profile's keys."""
+    if name.endswith(".toml"):
+        try:
+            entry = tomllib.loads(Path(name).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise AdviceError(f"--host {name}: {e}") from None
+        return _profile(Path(name).stem, entry)
+    profiles = tomllib.loads(Path(path).read_text())
+    if name not in profiles:
+        raise AdviceError(f"unknown host profile {name!r}: the profiles are {', '.join(sorted(profiles))} "
+                          f"(cxlbench/analysis/hosts.toml), or give a .toml file of that form")
+    return _profile(name, profiles[name])
+
+
+def host_from_runs(runs: Sequence[Run]) -> HostProfile:
+    """The host tiers the runs measured (their CPU AdamW and NVMe rates); no tier
+    bandwidth, so the GPUs' links alone bound the copies."""
+    tiers, _ = _host_tiers(runs)
+    complete = {n: t for n, t in tiers.items() if not t.missing()}
+    if not complete:
+        raise AdviceError("the given runs hold no host tier with a CPU AdamW rate: run `cxlbench run --suite "
+                          "training` there, or name a server profile with --host")
+    machines = sorted({t.machine for t in complete.values() if t.machine})
+    return HostProfile("measured", f"the host tiers measured on {', '.join(machines)}", None, complete)
+
+
+# ---- the model ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Need:
+    """What one input of a tier must be for the tier to reach the target share."""
+    overlap: str                      # overlapped (without DPU) / dpu
+    input: str                        # "adamw" or "nvme": the input varied
+    factor: float | None              # × the given figure; None: no value reaches the target
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass
+class TierRow:
+    tier: str
+    kind: str
+    plain: Prediction                 # the update after backward ("overlapped"; "none" for HBM)
+    dpu: Prediction                   # the update behind the next step (HBM: the same as plain)
+    tokens_per_s: float               # the whole cluster's
+    dpu_tokens_per_s: float
+    device_bytes: int                 # what one GPU must hold
+    share: float = math.nan           # of all-HBM tokens/s
+    dpu_share: float = math.nan
+    needs: list[Need] = field(default_factory=list)    # what must be true to reach the target
+
+    @property
+    def label(self) -> str:
+        return "all-HBM" if self.kind == "hbm" else f"optimizer state on {self.tier}"
+
+
+@dataclass
+class WhatIf:
+    model: str
+    n_params: int
+    gpu: GpuInputs
+    host: HostProfile
+    cluster: Cluster
+    batch: int
+    seq: int
+    target: float
+    rows: list[TierRow]               # hbm first, then ddr, cxl, nvme
+    capacity_bytes: int
+    recompute: bool = False           # activation checkpointing
+
+    @property
+    def hbm(self) -> TierRow:
+        return self.rows[0]
+
+    @property
+    def headline(self) -> str:
+        c = self.cluster
+        where = f"{c.gpus_per_node} × {self.gpu.label.split(' (')[0]}" + (f" on each of {c.nodes} nodes"
+                                                                          if c.nodes > 1 else "")
+        return (f"{self.model} ({format_count(self.n_params)} params) on {where}, host {self.host.name}; "
+                f"batch {self.batch} × seq {self.seq} per GPU"
+                + (", activations checkpointed" if self.recompute else "")
+                + f"; the optimizer state sharded over {c.gpus} GPUs")
+
+    def figures(self) -> list[Figure]:
+        seen, out = set(), []
+        for f in [*self.gpu.figures(), *self.host.figures,
+                  *(f for t in self.host.tiers.values() for f in (t.adamw, t.nvme_read, t.nvme_write) if f)]:
+            if id(f) not in seen:
+                seen.add(id(f))
+                out.append(f)
+        return out
+
+
+def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool, nvme: bool,
+              recompute: bool = False) -> Workload:
+    cfg, train = model_config(model), train_config(model, batch=batch, seq_len=seq)
+    n = cfg.num_params()
+    return Workload(n_params=n, n_params_nonembed=cfg.num_params(embeddings=False), n_layers=cfg.n_layers,
+                    dim=cfg.dim, seq_len=seq, tokens_per_step=batch * seq, nvme_bytes=12 if nvme else 0,
+                    offload=offload, chunks=max(1, -(-n // (cluster.gpus * train.chunk_params))),
+                    shards=cluster.gpus, recompute=recompute)
+
+
+def _node_rates(gpu: GpuInputs, tier: HostTier, scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Rates:
+    return Rates(flops_per_s=gpu.flops.value * 1e12, d2h_Bps=gpu.d2h.value * 1e9, h2d_Bps=gpu.h2d.value * 1e9,
+                 opt_params_per_s=tier.adamw.value * scale_adamw,
+                 nvme_read_Bps=tier.nvme_read.value * 1e9 * scale_nvme if tier.nvme_read else None,
+                 nvme_write_Bps=tier.nvme_write.value * 1e9 * scale_nvme if tier.nvme_write else None)
+
+
+def price(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, overlap: str,
+           scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Prediction:
+    host = tier.bandwidth.value * 1e9 if tier.bandwidth else None
+    return predict(w, per_gpu(_node_rates(gpu, tier, scale_adamw, scale_nvme), cluster, host), overlap)
+
+
+def _tokens(p: Prediction, w: Workload, cluster: Cluster) -> float:
+    return w.tokens_per_step * cluster.gpus / p.step_s
+
+
+def _smallest_factor(reaches: Callable[[float], bool], lo: float = 1e-4, hi: float = 1e6) -> float | None:
+    """The smallest factor on one input at which `reaches` holds (it holds for all
+    larger ones: more bandwidth never slows the model's step); None when even `hi`
+    does not."""
+    if not reaches(hi):
+        return None
+    if reaches(lo):
+        return lo
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+    return hi
+
+
+def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_tokens: float,
+           target: float) -> list[Need]:
+    """What must be true of the tier for its tokens/s to reach `target` of all-HBM's,
+    per composition."""
+    nvme = tier.kind == "nvme"
+    goal = target * hbm_tokens
+    out = []
+    for overlap, name in (("overlapped", "without DPU"), ("dpu", "with DPU")):
+        def reaches(k: float) -> bool:
+            p = price(w, gpu, tier, cluster, overlap, 1.0 if nvme else k, k if nvme else 1.0)
+            return _tokens(p, w, cluster) >= goal
+
+        k = _smallest_factor(reaches)
+        varied = "nvme" if nvme else "adamw"
+        if k is None:
+            cap = price(w, gpu, tier, cluster, overlap, *((1.0, 1e9) if nvme else (1e9, 1.0)))
+            out.append(Need(overlap, varied, None,
+                            f"{name}: no {'NVMe bandwidth' if nvme else 'AdamW rate'} reaches {target * 100:g}%: with "
+                            f"it unbounded the step is {cap.step_s:.3g} s "
+                            f"({_tokens(cap, w, cluster) / hbm_tokens * 100:.3g}% of all-HBM), of "
+                            + _held_by(cap, "nvme" if nvme else "optimizer")))
+        elif nvme:
+            r, wr = tier.nvme_read.value * k, tier.nvme_write.value * k
+            out.append(Need(overlap, varied, k, f"{name}: NVMe ≥ {r:.3g} GB/s read and {wr:.3g} GB/s write per node "
+                                                f"({k:.3g}× the {tier.nvme_read.value:g}/{tier.nvme_write.value:g} "
+                                                f"GB/s given)"))
+        else:
+            rate = tier.adamw.value * k
+            out.append(Need(overlap, varied, k, f"{name}: CPU AdamW ≥ {format_count(rate)} params/s per node "
+                                                f"({k:.3g}× the {format_count(tier.adamw.value)} given) — a "
+                                                f"bandwidth-bound AdamW needs {rate * ADAMW_BYTES / 1e9:,.0f} GB/s of "
+                                                f"{tier.kind.upper()} for it"))
+    return out
+
+
+def _held_by(p: Prediction, scaled: str) -> str:
+    """The terms left once `scaled` costs nothing: what holds the step then."""
+    left = [f"{k} {v:.3g} s" for k, v in p.terms.items() if k != scaled and v >= 0.001]
+    return ", ".join(left)
+
+
+def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batch: int | None = None,
+           seq: int | None = None, target: float = 0.90, recompute: bool = False) -> WhatIf:
+    """Every tier the host has, priced for one GPU of the cluster, as shares of all-HBM."""
+    if gpu.adamw is None:
+        raise AdviceError("no GPU AdamW rate for the all-HBM reference: name a datasheet GPU with --gpu")
+    if not 0 < target < 1:
+        raise AdviceError(f"--target {target * 100:g}% must lie between 0 and 100%")
+    train = train_config(model, batch=batch, seq_len=seq)
+    cfg = model_config(model)
+    activations = activation_bytes(train.batch * train.seq_len, cfg.dim, cfg.n_layers, recompute)
+    n = cfg.num_params()
+    w_hbm = _workload(model, train.batch, train.seq_len, cluster, offload=False, nvme=False, recompute=recompute)
+    hbm = predict(w_hbm, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value), "none")
+    hbm_tokens = _tokens(hbm, w_hbm, cluster)
+    rows = [TierRow("hbm", "hbm", hbm, hbm, hbm_tokens, hbm_tokens, int(16 * n / cluster.gpus + activations),
+                    1.0, 1.0)]
+    for kind in HOST_TIERS:
+        for tier in sorted((t for t in host.tiers.values() if t.kind == kind), key=lambda t: t.name):
+            w = _workload(model, train.batch, train.seq_len, cluster, offload=True, nvme=kind == "nvme",
+                          recompute=recompute)
+            plain, dpu = (price(w, gpu, tier, cluster, o) for o in ("overlapped", "dpu"))
+            row = TierRow(tier.name, kind, plain, dpu, _tokens(plain, w, cluster), _tokens(dpu, w, cluster),
+                          int(4 * n / cluster.gpus + activations))
+            row.share, row.dpu_share = row.tokens_per_s / hbm_tokens, row.dpu_tokens_per_s / hbm_tokens
+            row.needs = _needs(w, gpu, tier, cluster, hbm_tokens, target)
+            rows.append(row)
+    if len(rows) == 1:
+        raise AdviceError(f"host {host.name!r} has no DDR, CXL or NVMe tier to place the optimizer state on")
+    return WhatIf(model, n, gpu, host, cluster, train.batch, train.seq_len, target, rows, int(gpu.hbm.value * GIB),
+                  recompute)
+
+
+__all__ = ["load_host", "host_from_runs", "whatif", "price", "HostProfile", "Need", "TierRow", "WhatIf", "PER_CORE_ADAMW",
+           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "LEFT_OUT"]

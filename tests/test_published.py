@@ -1,0 +1,142 @@
+"""The step-time model against published offload measurements (analysis/published/):
+each check predicts a figure its case's inputs do not contain, every input says whether
+the paper states it or it is assumed (and by which rule, the same in every case), and
+the misses stay visible with the term that misses."""
+from __future__ import annotations
+
+import copy
+import re
+from collections import defaultdict
+
+import pytest
+
+from cxlbench.analysis.published import (ASSUMED, PAPER, CaseError, check, check_all, flops_per_step, gpt2,
+                                         load_cases, read_case)
+from cxlbench.cli.main import main
+
+#: Points the model misses today, each with the reason it gives (docs/advise.md). A model
+#: change that makes one hold fails this list: move it out, and say so in the docs.
+KNOWN_MISSES = {
+    ("zero-offload-dpu", "6B"),        # the bars hide 2.7 s; Table 4 (interpolated) has 1.72 s to hide
+    ("zero-offload-dpu", "8B"),        # the bars hide 1.37 s of Table 4's 2.41 s
+    ("zero-offload-scaling", "4 GPUs"),     # no term for the reduction between GPUs
+    ("zero-offload-scaling", "8 GPUs"),
+    ("zero-offload-scaling", "128 GPUs"),
+}
+
+
+def test_every_published_check_holds_within_its_tolerance_but_the_known_misses():
+    results, _ = check_all()
+    seen = set()
+    for r in results:
+        for p in r.points:
+            key = (r.case.id, p.label)
+            seen.add(key)
+            if key in KNOWN_MISSES:
+                assert not p.holds and p.misses_on, key
+            else:
+                assert p.holds, (key, p.model, p.paper, p.tolerance)
+    assert KNOWN_MISSES <= seen
+    assert sum(len(r.points) for r in results) >= 19
+
+
+def test_a_check_never_reads_the_figure_it_predicts():
+    """Doubling the columns a point's paper figure is made of moves the paper column,
+    never the model's; and every such column is marked `reported` in its file."""
+    cases, _ = load_cases()
+    for case in cases:
+        before = check(case)
+        for i, result in enumerate(before.points):
+            assert result.figures and all(_reported(case, f) for f in result.figures), (case.id, result.label)
+            doctored = copy.deepcopy(case)
+            for p in doctored.points:
+                for name in result.figures:
+                    p[name] = p[name] * 2
+            after = check(doctored).points[i]
+            assert after.model == pytest.approx(result.model), (case.id, result.label)
+            assert after.paper != pytest.approx(result.paper), (case.id, result.label)
+
+
+def _reported(case, name: str) -> bool:
+    import tomllib
+    from cxlbench.analysis.published import PUBLISHED
+    raw = tomllib.loads((PUBLISHED / f"{case.id}.toml").read_text())
+    return bool(raw["fields"][name].get("reported"))
+
+
+def test_every_input_is_paper_or_assumed_and_says_where():
+    cases, context = load_cases()
+    assert len(cases) >= 5 and len(context) >= 2
+    for case in cases:
+        assert case.source and case.url and case.predicts
+        for i in [*case.inputs.values(), *case.fields.values()]:
+            assert i.provenance in (PAPER, ASSUMED) and len(i.where) > 5, (case.id, i.name)
+            if i.provenance == ASSUMED:
+                assert re.search(r"\bthe [\w-]+(?: [\w-]+)? rule\b", i.where) or "does not say" in i.where, \
+                    (case.id, i.name, i.where)
+        for p in case.points:
+            assert set(p) - {"provenance", "label"} <= set(case.fields), case.id
+
+
+def test_an_assumption_takes_one_value_in_every_case_that_makes_it():
+    """'The GPT-2 rule' gives every case the same vocabulary, the V100 rule one rate: an
+    assumption is never tuned to the case it serves."""
+    cases, _ = load_cases()
+    by_rule = defaultdict(set)
+    for case in cases:
+        for i in case.inputs.values():
+            rule = re.search(r"\bthe ([\w-]+(?: [\w-]+)?) rule\b", i.where)
+            if rule:
+                by_rule[(rule.group(1), i.name)].add(i.value)
+    assert by_rule
+    for key, values in by_rule.items():
+        assert len(values) == 1, (key, values)
+
+
+def test_the_dpu_ratio_is_the_without_step_over_the_step_with_the_update_hidden():
+    """By hand for 10B: the without-DPU step from its TFLOPS; DPU takes the CPU-Adam time
+    (and the last chunk's copy) off it, as the compute is longer."""
+    cases, _ = load_cases()
+    case = next(c for c in cases if c.check == "dpu_ratio")
+    point = next(p for p in case.points if p["label"] == "10B")
+    w = gpt2(case, point["layers"], point["hidden"], point["batch"])
+    without_s = flops_per_step(w) / (point["without_tflops"] * 1e12)
+    tail = 2 * w.n_params / (case["link_GBps"] * 1e9) / w.chunks
+    expected = without_s / (without_s - point["cpu_adam_s"] - tail)
+    result = next(p for p in check(case).points if p.label == "10B")
+    assert result.model == pytest.approx(expected, rel=1e-6)
+
+
+def test_more_gpus_per_node_share_one_host_and_more_nodes_add_hosts():
+    """Fig. 11's structure: up to 16 GPUs share a DGX-2's CPU-Adam, so its seconds stay;
+    past one node each node steps its own share."""
+    cases, _ = load_cases()
+    case = next(c for c in cases if c.check == "scaling")
+    opt = {p.label: p.terms["optimizer"] for p in check(case).points}
+    assert opt["2 GPUs"] == pytest.approx(opt["16 GPUs"])
+    assert opt["32 GPUs"] == pytest.approx(opt["16 GPUs"] / 2)
+    assert opt["128 GPUs"] == pytest.approx(opt["16 GPUs"] / 8)
+
+
+def test_a_case_file_without_provenance_is_one_line_naming_it(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[case]\ntitle="x"\nsource="y"\ncheck="phases"\ntolerance=0.1\n[inputs]\nseq={value=1024}\n')
+    with pytest.raises(CaseError, match=r"bad: \[inputs\] seq needs provenance and where"):
+        read_case(bad)
+    bad.write_text('[case]\ntitle="x"\nsource="y"\ncheck="guess"\ntolerance=0.1\n')
+    with pytest.raises(CaseError, match="check 'guess' is not one of"):
+        read_case(bad)
+
+
+def test_advise_published_prints_model_over_paper_per_case(capsys):
+    assert main(["advise", "--published"]) == 0
+    out = capsys.readouterr().out
+    results, context = check_all()
+    held = sum(p.holds for r in results for p in r.points)
+    assert f"{held} of {sum(len(r.points) for r in results)} checks hold" in out
+    for r in results:
+        assert r.case.title in out
+    assert out.count("MISSES") == len(KNOWN_MISSES)
+    assert "the GPT-2 rule" in out and "Context, not checks" in out
+    for c in context:
+        assert c.why in out

@@ -1,0 +1,160 @@
+"""A GPU server's tiers as shares of all-HBM tokens/s (`advise --host/--gpus`): the
+optimizer state sharded over every GPU, a node's cores, tier bandwidth and drives
+shared by its GPUs, both compositions (without and with DPU), and what each tier must
+give to reach the target — each a modelled figure with its inputs' provenance."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+import pytest
+
+from cxlbench.analysis.advisor import AdviceError, _gpu_entry, _gpu_from_datasheet
+from cxlbench.analysis.whatif import PER_CORE_ADAMW, load_host, price, whatif, _workload
+from cxlbench.cli.main import main
+from cxlbench.training.stepmodel import Cluster, Rates, per_gpu
+
+from test_advisor import host_run, run_cli
+
+
+def _h100():
+    return _gpu_from_datasheet(_gpu_entry("h100-sxm"), 0.4, [])
+
+
+def test_every_tier_of_the_profile_is_a_share_of_all_hbm_with_and_without_dpu():
+    w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1))
+    assert [r.kind for r in w.rows] == ["hbm", "ddr", "cxl", "nvme"]
+    assert w.hbm.share == 1.0
+    for r in w.rows[1:]:
+        assert r.share == pytest.approx(r.tokens_per_s / w.hbm.tokens_per_s)
+        assert 0 < r.share <= r.dpu_share <= 1.0 + 1e-9        # DPU never slows the modelled step
+        assert len(r.needs) == 2 and {n.overlap for n in r.needs} == {"overlapped", "dpu"}
+    assert w.rows[1].share > w.rows[2].share > w.rows[3].share   # ddr > cxl > nvme on this profile
+
+
+def test_a_need_is_the_least_rate_that_reaches_the_target():
+    """Re-priced at the factor it names, the tier reaches the target; a little below, not."""
+    gpu, host = _h100(), load_host("h100-8gpu-cxl")
+    cluster = Cluster(8, 1)
+    w = whatif(gpu, host, "70b", cluster, batch=4)
+    checked = 0
+    for row in w.rows[1:]:
+        tier = host.tiers[row.tier]
+        work = _workload("70b", w.batch, w.seq, cluster, offload=True, nvme=row.kind == "nvme")
+        for need in row.needs:
+            if need.factor is None or need.factor <= 1e-4:
+                continue
+            def share(k):
+                p = price(work, gpu, tier, cluster, need.overlap, *((1.0, k) if need.input == "nvme" else (k, 1.0)))
+                return work.tokens_per_step * cluster.gpus / p.step_s / w.hbm.tokens_per_s
+            assert share(need.factor) >= w.target - 1e-9
+            assert share(need.factor * 0.99) < w.target
+            checked += 1
+    assert checked >= 3
+
+
+def test_an_unreachable_target_names_what_holds_the_step():
+    """CXL without DPU at batch 1: the copies over the CXL tier's share of bandwidth stay
+    exposed, so no AdamW rate reaches 90%, and the line says which terms hold it."""
+    w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1))
+    cxl = next(r for r in w.rows if r.kind == "cxl")
+    (stuck,) = [n for n in cxl.needs if n.overlap == "overlapped"]
+    assert stuck.factor is None and "no AdamW rate reaches 90%" in stuck.text and "h2d" in stuck.text
+
+
+def test_the_gpus_of_a_node_share_its_cores_and_a_second_node_brings_its_own():
+    gpu, host = _h100(), load_host("h100-8gpu-cxl")
+    one = whatif(gpu, host, "70b", Cluster(8, 1)).rows[1].plain.terms["optimizer"]
+    two = whatif(gpu, host, "70b", Cluster(4, 2)).rows[1].plain.terms["optimizer"]
+    assert two == pytest.approx(one / 2)            # the same 8 GPUs, twice the host cores
+    # one GPU's optimizer seconds: its 1/8 of the state at 1/8 of the node's rate = the whole at the whole
+    n = _workload("70b", 1, 2048, Cluster(8, 1), offload=True, nvme=False).n_params
+    assert one == pytest.approx(n / host.tiers["ddr"].adamw.value)
+
+
+def test_a_gpu_copies_at_its_link_or_its_share_of_the_tier_whichever_is_less():
+    node = Rates(flops_per_s=1e15, d2h_Bps=55e9, h2d_Bps=55e9, opt_params_per_s=8e9, nvme_read_Bps=16e9,
+                 nvme_write_Bps=8e9)
+    r = per_gpu(node, Cluster(8, 1), host_Bps=144e9)
+    assert r.h2d_Bps == pytest.approx(18e9) and r.d2h_Bps == pytest.approx(18e9)
+    assert r.opt_params_per_s == pytest.approx(1e9) and r.nvme_read_Bps == pytest.approx(2e9)
+    assert per_gpu(node, Cluster(2, 1), host_Bps=144e9).h2d_Bps == pytest.approx(55e9)
+    assert per_gpu(node, Cluster(8, 1)).h2d_Bps == pytest.approx(55e9)    # no tier figure: the link
+
+
+def test_a_profile_without_a_measured_adamw_takes_the_lower_bound_and_says_which():
+    host = load_host("h100-8gpu-cxl")
+    ddr, cxl = host.tiers["ddr"].adamw, host.tiers["cxl"].adamw
+    assert ddr.value == pytest.approx(min(614.4e9 / 28, 112 * PER_CORE_ADAMW))
+    assert "the cores bound it" in ddr.source.text
+    assert cxl.value == pytest.approx(144e9 / 28) and "the tier's bandwidth bound it" in cxl.source.text
+    assert "Table 4" in ddr.source.text
+
+
+def test_the_seed_question_prints_four_tiers_both_compositions_and_what_must_be_true(tmp_path, capsys):
+    out_html = tmp_path / "whatif.html"
+    code, out, err = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--gpus", "8",
+                             "--host", "h100-8gpu-cxl", "-o", str(out_html))
+    assert code == 0 and err == ""
+    assert "MODELLED, not measured" in out
+    for label in ("all-HBM", "optimizer state on ddr", "optimizer state on cxl", "optimizer state on nvme"):
+        assert label in out
+    assert "of all-HBM" in out and "with DPU" in out
+    assert len(re.findall(r"^  (ddr|cxl|nvme): (without|with) DPU: ", out, re.M)) == 6
+    assert "not modelled:" in out and "datasheet" in out and "assumed" in out
+    html = out_html.read_text()
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", html))
+    assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, urls
+    assert "<svg" in html and "Modelled, not measured" in html and 'id="whatif-needs"' in html
+    assert "ddr, with DPU" in html and 'id="whatif-published"' in html
+
+
+def test_a_profile_file_of_ones_own_is_read_like_an_entry(tmp_path, capsys):
+    mine = tmp_path / "lab.toml"
+    mine.write_text('gpus = 4\ncores = 64\n[ddr]\nbandwidth_GBps = 300\nadamw_params_per_s = 4e9\n'
+                    'adamw_source = "cxlbench run on lab-1"\n')
+    code, out, _ = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h200", "--host", str(mine))
+    assert code == 0 and "4 × h200" in out and "optimizer state on ddr" in out and "cxl" not in out.split("\n")[4]
+    assert "measured   CPU AdamW, optimizer state on DDR: 4 G params/s" in out
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--model", "70b", "--gpu", "h100-sxm", "--gpus", "8"], "give --host PROFILE"),
+    (["--model", "70b", "--gpu", "h100-sxm", "--host", "dgx-z"], "unknown host profile 'dgx-z'"),
+    (["--gpu", "h100-sxm", "--host", "h100-8gpu-cxl"], "advise needs --model"),
+    (["--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--target", "120"], "between 0 and 100"),
+    (["--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--gpus", "0"], "at least 1"),
+    (["--model", "70b", "--host", "h100-8gpu-cxl"], "--gpu"),
+])
+def test_a_missing_or_bad_input_exits_2_with_one_line_naming_it(capsys, args, says):
+    code, out, err = run_cli(capsys, "advise", *args)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and says in err, err
+    assert "Traceback" not in err
+
+
+def test_a_profile_lacking_a_figure_is_one_line_naming_it(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("cores = 64\n[ddr]\nsource = 'x'\n")
+    code, _, err = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h200", "--host", str(bad))
+    assert code == 2 and len(err.splitlines()) == 1 and "lacks bandwidth_GBps" in err
+
+
+def test_measured_runs_can_be_the_host(tmp_path, capsys):
+    run = host_run(tmp_path / "results")
+    code, out, _ = run_cli(capsys, "advise", str(run), "--model", "8b", "--gpu", "h200", "--gpus", "4")
+    assert code == 0 and "optimizer state on ddr0" in out and "optimizer state on nvme0" in out
+    assert "measured" in out and "4 × h200" in out
+
+
+def test_activation_checkpointing_costs_a_third_more_compute_and_keeps_only_layer_inputs():
+    from cxlbench.training.configs import model_config
+    from cxlbench.training.stepmodel import ACTIVATION_BYTES, CHECKPOINT_BYTES
+    gpu, host, cluster = _h100(), load_host("h100-8gpu-cxl"), Cluster(8, 1)
+    plain = whatif(gpu, host, "70b", cluster, batch=4)
+    ckpt = whatif(gpu, host, "70b", cluster, batch=4, recompute=True)
+    assert ckpt.hbm.plain.terms["compute"] == pytest.approx(plain.hbm.plain.terms["compute"] * 4 / 3)
+    cfg, tokens = model_config("70b"), 4 * 2048
+    saved = (ACTIVATION_BYTES - CHECKPOINT_BYTES) * tokens * cfg.dim * cfg.n_layers - ACTIVATION_BYTES * tokens * cfg.dim
+    assert plain.rows[1].device_bytes - ckpt.rows[1].device_bytes == saved
+    assert ckpt.rows[1].device_bytes <= ckpt.capacity_bytes < plain.rows[1].device_bytes
