@@ -157,6 +157,7 @@ def parser() -> argparse.ArgumentParser:
     from cxlbench.cli import advise as advise_cli
     advise_cli.add_parser(sub)
 
+    from cxlbench.cli import publish as publish_cli; publish_cli.add_parser(sub)  # noqa: E702
     from cxlbench.cli import fleet_cli
     fleet_cli.add_parser(sub)
     for command in (r, rp, c, g, h):       # these read or write a store, which may be a URL
