@@ -168,7 +168,7 @@ def parser() -> argparse.ArgumentParser:
 def _gate(a: argparse.Namespace) -> int:
     if a.history:
         return commands.gate_history(a.history, a.current, a.confirm, a.threshold, a.window, a.spacing, a.json,
-                                     a.normalize)
+                                     a.normalize, a.markdown, a.junit)
     if a.current is None:
         raise commands.UserError("gate --baseline needs --current")
     if a.confirm:
