@@ -20,8 +20,9 @@ STEP_FROM = 5            # its latency is 15% higher from this run on
 
 
 def add_run(store: Path, conf: str, host: str, when: pd.Timestamp, *, seed: int, slow: float = 1.0,
-            cxl: bool = True, label: str | None = None) -> Path:
-    """One small `ci`-shaped run of `host` under store/<conf>/<host>/, started at `when`."""
+            cxl: bool = True, label: str | None = None, job: str | None = None) -> Path:
+    """One small `ci`-shaped run of `host` under store/<conf>/<host>/, started at `when`
+    (by the Slurm job `job`, as a fleet's node records it)."""
     rng = np.random.default_rng(seed)
     m, tiers = machine(hostname=host, cxl=cxl)
     factor = 1.0 if conf == "cxl-a" else 1.12     # cxl-b is the slower configuration
@@ -33,7 +34,8 @@ def add_run(store: Path, conf: str, host: str, when: pd.Timestamp, *, seed: int,
                             working_sets=[64 << 10, 256 << 20], pages=("4k",), kernels=("read",),
                             threads=(1, 4), loaded=False, extras=True, factor=f)
     path = write_run(store / conf, results, m=m, tiers=tiers, suite="ci", label=label,
-                     configuration={"name": conf, "source": "label"})
+                     configuration={"name": conf, "source": "label"},
+                     scheduler={"SLURM_JOB_ID": job, "SLURMD_NODENAME": host} if job else {})
     meta = json.loads((path / "run.json").read_text())
     meta["started"] = when.isoformat()
     meta["ended"] = (when + pd.Timedelta(minutes=1)).isoformat()
@@ -45,9 +47,9 @@ def lab_store(store: Path) -> Path:
     for i in range(HISTORY):
         add_run(store, "cxl-a", "a1", START + pd.Timedelta(hours=6 * i), seed=i,
                 slow=1.15 if i >= STEP_FROM else 1.0, label=f"nightly-{i}")
-    add_run(store, "cxl-a", "a2", START + pd.Timedelta(hours=30), seed=100)
+    add_run(store, "cxl-a", "a2", START + pd.Timedelta(hours=30), seed=100, job="11")
     for n, host in enumerate(("b1", "b2")):
-        add_run(store, "cxl-b", host, START + pd.Timedelta(hours=30, minutes=n), seed=200 + n)
+        add_run(store, "cxl-b", host, START + pd.Timedelta(hours=30, minutes=n), seed=200 + n, job=f"{12 + n}")
     save(FleetRecord("f1", "slurm", str(store), "ci", submitted="2026-11-02T06:00:00+00:00", jobs=[
         Job("a2", "cxl-a", "11", "COMPLETED", exit_code="0:0", started="t"),
         Job("b1", "cxl-b", "12", "COMPLETED", exit_code="0:0", started="t"),

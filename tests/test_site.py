@@ -104,6 +104,14 @@ def test_the_step_in_the_history_is_a_regression_at_its_run_on_the_changes_page(
     assert "regression" in text and step_run in text
 
 
+def test_the_comparison_pages_hold_the_fleets_nodes_the_matrix_and_the_pair(lab):
+    _, out = lab
+    matrix = (out / "compare/index.html").read_text()
+    assert matrix.count('class="outcome-measured"') == 3 and "cxl-a: a1, a2" in matrix
+    pair = (out / "compare/cxl-a--cxl-b.html").read_text()
+    assert "cxl-b against cxl-a" in pair and "cxl-b against cxl-a" not in matrix
+
+
 # ------------------------------------------------------------------ in a browser
 
 def _walk(start: str, inside: str):

@@ -14,7 +14,7 @@ Every page is the project's self-contained HTML (inline CSS and SVG, no script) 
 links relative to itself, so the site reads from file:// and from any folder of any
 web server. Publishing is incremental: each page is named in manifest.json with a
 digest of what it is made from (the runs' records and samples, the markers, the
-templates and the cxlbench version); a page whose digest is unchanged is not
+templates, the report's code and the cxlbench version); a page whose digest is unchanged is not
 rendered again, and a page no longer made is removed.
 
 The fleet's pages come from the fleet layer, above this one: the command hands them
@@ -169,9 +169,10 @@ def run_digest(run: Run) -> str:
 
 
 def code_digest() -> str:
-    """The version and the templates: a change to either renders every page again."""
+    """The version, the templates and the report's code: a change to any renders every
+    page again (a page made by older code is not kept because its runs are the same)."""
     h = hashlib.sha256(f"{__version__}/{SITE_FORMAT}".encode())
-    for path in sorted(TEMPLATES.iterdir()):
+    for path in sorted([*TEMPLATES.iterdir(), *Path(__file__).parent.glob("*.py")]):
         h.update(path.name.encode() + path.read_bytes())
     return h.hexdigest()
 
