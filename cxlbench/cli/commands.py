@@ -246,11 +246,12 @@ def _probes(normalize: str | None) -> str | None:
 
 def gate_history(paths: list[str], current: str | None, confirm: list[str] | None, threshold: str | None,
                  window: int | None, spacing: float | None, json_out: str | None,
-                 normalize: str | None = None) -> int:
-    """The current run against the machine's history (see analysis.history_gate)."""
+                 normalize: str | None = None, markdown: str | None = None, junit: str | None = None) -> int:
+    """The current run against the machine's history (see analysis.history_gate);
+    `markdown` and `junit` are for a CI job's page and test report."""
     from cxlbench.analysis import history as hist
     from cxlbench.analysis.history_gate import Rule, judge
-    from cxlbench.cli.history_view import verdict_json, verdict_text
+    from cxlbench.cli.history_view import verdict_json, verdict_junit, verdict_markdown, verdict_text
     from cxlbench.units import parse_fraction
     runs, left = hist.read_runs(paths)
     if not runs:
@@ -265,8 +266,9 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
                                      ("window", window), ("spacing_s", spacing)) if v is not None})
     verdict = judge(h, cur, [_resolve(chosen, r, f"{h.machine}/{h.suite}") for r in refs], rule)
     print(verdict_text(verdict))
-    if json_out:
-        Path(json_out).write_text(verdict_json(verdict))
+    for path, render in ((json_out, verdict_json), (markdown, verdict_markdown), (junit, verdict_junit)):
+        if path:
+            Path(path).write_text(render(verdict))
     return verdict.exit_code
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from cxlbench.analysis.compare import text_table
 from cxlbench.analysis.history import History, PointChange, display_label as _name, trends
-from cxlbench.analysis.history_gate import FAIL, HistoryVerdict, SHORT, SUSPECT
+from cxlbench.analysis.history_gate import FAIL, PASS, HistoryVerdict, SHORT, SUSPECT
 from cxlbench.units import format_number
 
 
@@ -81,3 +81,62 @@ def verdict_json(v: HistoryVerdict) -> str:
                        "normalize": v.normalize,
                        "reference": v.reference, "confirmations": v.confirmations, "errors": v.errors,
                        "notes": v.notes, "rule": v.rule.text(len(v.rows)), "points": rows}, indent=1)
+
+
+_TITLES = {FAIL: "❌ cxlbench history gate: slower, confirmed",
+           SUSPECT: "⏳ cxlbench history gate: suspect, confirmation runs needed",
+           SHORT: "❔ cxlbench history gate: inconclusive",
+           PASS: "✅ cxlbench history gate: pass"}
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def verdict_markdown(v: HistoryVerdict) -> str:
+    """The verdict for a CI job's page: the status, the rule it was judged by, and every
+    figure with its history, its detectable change and its verdict."""
+    if v.errors:
+        return "## ⚠️ cxlbench history gate: inputs unusable\n\n" + "".join(f"- {_md(e)}\n" for e in v.errors)
+    out = [f"## {_TITLES.get(v.status, v.status)}", "",
+           f"- **Current**: `{v.current}` against {len(v.reference)} runs of history",
+           *([f"- **Confirmation runs**: {', '.join(f'`{c}`' for c in v.confirmations)}"] if v.confirmations else []),
+           f"- **Rule**: {_md(v.rule.text(len(v.rows)).removeprefix('rule: '))}"]
+    out += [f"- {_md(n)}" for n in v.notes]
+    out += ["", "| figure | history | run-to-run | detectable | current | change | q (BH) | verdict |",
+            "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for _, r in v.rows.iterrows():
+        out.append(f"| {_md(_name(r['label'], r.get('relative_to')))} | {format_number(r['baseline'])} {_md(r['unit'])} "
+                   f"| {_pct(r['noise'], False)} | {_pct(r.get('detectable', math.nan), False).replace('±', '≥')} "
+                   f"| {format_number(r['current'])} | {_pct(r['change'])} | {_p(r.get('q', math.nan))} "
+                   f"| {_md(r.get('verdict', '—'))} |")
+    return "\n".join(out) + "\n"
+
+
+def verdict_junit(v: HistoryVerdict) -> str:
+    """JUnit XML, one testcase per figure: slower (confirmed) is a failure, suspect a
+    failure awaiting its confirmation runs, inconclusive history a skip."""
+    import xml.etree.ElementTree as ET
+    suite = ET.Element("testsuite", name="cxlbench history gate")
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    if v.errors:
+        tc = ET.SubElement(suite, "testcase", classname="cxlbench.gate", name="inputs")
+        ET.SubElement(tc, "error", message="inputs unusable").text = "\n".join(v.errors)
+        counts.update(tests=1, errors=1)
+    for _, r in v.rows.iterrows():
+        counts["tests"] += 1
+        tc = ET.SubElement(suite, "testcase", classname=f"cxlbench.{r.get('benchmark', 'case')}",
+                           name=_name(r["label"], r.get("relative_to")))
+        detail = (f"history {format_number(r['baseline'])} {r['unit']} (run-to-run {_pct(r['noise'], False)}), "
+                  f"current {format_number(r['current'])}, change {_pct(r['change'])}, q {_p(r.get('q', math.nan))}")
+        verdict = str(r.get("verdict", ""))
+        if verdict in ("slower", "suspect"):
+            counts["failures"] += 1
+            ET.SubElement(tc, "failure", message=f"{verdict}: {_pct(r['change'])}").text = detail
+        elif v.status == SHORT:
+            counts["skipped"] += 1
+            ET.SubElement(tc, "skipped", message="inconclusive: too little history").text = "; ".join(v.notes)
+        else:
+            ET.SubElement(tc, "system-out").text = f"{verdict}: {detail}"
+    suite.attrib.update({k: str(n) for k, n in counts.items()})
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -166,6 +166,7 @@ def parser() -> argparse.ArgumentParser:
     from cxlbench.cli import advise as advise_cli
     advise_cli.add_parser(sub)
 
+    from cxlbench.cli import publish as publish_cli; publish_cli.add_parser(sub)  # noqa: E702
     from cxlbench.cli import fleet_cli
     fleet_cli.add_parser(sub)
     for command in (r, rp, c, g, h):       # these read or write a store, which may be a URL
@@ -176,7 +177,7 @@ def parser() -> argparse.ArgumentParser:
 def _gate(a: argparse.Namespace) -> int:
     if a.history:
         return commands.gate_history(a.history, a.current, a.confirm, a.threshold, a.window, a.spacing, a.json,
-                                     a.normalize)
+                                     a.normalize, a.markdown, a.junit)
     if a.current is None:
         raise commands.UserError("gate --baseline needs --current")
     if a.confirm:

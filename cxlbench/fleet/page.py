@@ -42,9 +42,15 @@ def build(store: str, fleet_id: str | None = None, threshold: float = 0.10,
             runs.append(load_run(path))
         except ResultsError as e:
             left.append(str(e))
-    record = records.load(store, fleet_id)
+    return of_runs(store, runs, records.load(store, fleet_id), threshold, compare, compare_threshold, left)
+
+
+def of_runs(store: str, runs: list[Run], record: FleetRecord | None, threshold: float = 0.10,
+            compare: tuple[str, str] | None = None, compare_threshold: float = 0.05,
+            left: list[str] | None = None) -> FleetReport:
+    """The report over runs already read (a published site reads its stores once)."""
     fig = gather([r for r in runs if "training_scaling" not in (r.meta.get("families") or {})], threshold)
-    rep = FleetReport(store, record, outcomes(record, runs), fig, scaling_table(runs), left_out=left)
+    rep = FleetReport(store, record, outcomes(record, runs), fig, scaling_table(runs), left_out=list(left or []))
     if compare:
         try:
             rep.contrasts = contrast(fig, compare[0], compare[1], compare_threshold)
@@ -124,10 +130,12 @@ def _charts(rep: FleetReport) -> list[str]:
     return charts
 
 
-def html(rep: FleetReport) -> str:
+def html(rep: FleetReport, nav: list[tuple[str, str]] | None = None) -> str:
+    """`nav`: the bar of links a published site puts above each page."""
     f = rep.figures
     return environment().get_template("fleet.html").render(
         version=__version__, title=f"fleet · {rep.store}", css=(TEMPLATES / "style.css").read_text(),
+        site_nav=nav or [],
         rep=rep, confs=list(f.machines), tiers=f.tiers, columns=f.columns, cell=f.cell,
         charts=_charts(rep), num=_num, change=fmt_change, ci=fmt_ci_change,
         isfinite=math.isfinite)

@@ -197,3 +197,25 @@ def _inline(text: str, title: str, prefix: str) -> str:
     esc = (title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
     text = text.replace(">", f"><title>{esc}</title>", 1)
     return text.strip()
+
+
+def sparkline(values: Sequence[float], title: str, color: str = PALETTE[0],
+              width: int = 110, height: int = 24) -> str:
+    """A figure's runs as a line in a small box (no axes, no text): the trend an index
+    shows beside each number. Drawn directly rather than through matplotlib, whose
+    smallest chart is ~10 kB of SVG; the newest point is dotted. Empty under two points."""
+    ys = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if len(ys) < 2:
+        return ""
+    lo, hi = min(ys), max(ys)
+    span = (hi - lo) or abs(hi) or 1.0
+    pad = 3.0
+    step = (width - 2 * pad) / (len(ys) - 1)
+    pts = [(pad + i * step, height - pad - (y - lo) / span * (height - 2 * pad)) for i, y in enumerate(ys)]
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+    esc = title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    x, y = pts[-1]
+    return (f'<svg class="spark" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'xmlns="http://www.w3.org/2000/svg"><title>{esc}</title>'
+            f'<polyline fill="none" stroke="{color}" stroke-width="1.4" points="{line}"/>'
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.2" fill="{color}"/></svg>')

@@ -32,7 +32,9 @@ def _chart(s: pd.DataFrame, title: str, cps: list[PointChange], marks: list[tupl
                  marks=steps + marks)
 
 
-def trend_context(h: History, changes: list[PointChange]) -> dict[str, Any]:
+def trend_context(h: History, changes: list[PointChange],
+                  run_links: dict[str, str] | None = None) -> dict[str, Any]:
+    """`run_links`: run id -> a link to its report (a published site has one per run)."""
     maker = build.ChartMaker("t", sorted(set(h.rows["target"])))
     env_marks = [(c.position + 0.5, c.field) for c in h.changes]
     pos = dict(zip(h.runs["run_id"], h.runs["position"]))
@@ -47,7 +49,7 @@ def trend_context(h: History, changes: list[PointChange]) -> dict[str, Any]:
         if s["headline"].iloc[0] or cps or s["benchmark"].iloc[0] == "sentinel":
             chart = _chart(s, names[point], cps, env_marks, maker.color(s["target"].iloc[0] + "|"))
             charts.append({"svg": maker.svg(chart), "wide": False})
-    runs = [{"n": int(r.position) + 1, "run_id": r.run_id, "started": f"{r.started:%Y-%m-%d %H:%M}",
+    runs = [{"n": int(r.position) + 1, "run_id": r.run_id, "href": (run_links or {}).get(r.run_id, ""), "started": f"{r.started:%Y-%m-%d %H:%M}",
              "label": r.run_label or "", "kernel": r.kernel, "bios": r.bios or "—", "thp": r.thp,
              "cxlbench": r.cxlbench} for r in h.runs.itertuples()]
     first, last = h.runs["started"].iloc[0], h.runs["started"].iloc[-1]

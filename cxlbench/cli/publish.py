@@ -1,0 +1,67 @@
+"""`cxlbench publish STORE... -o SITE/`: every run in the stores as one static site.
+
+The site itself is cxlbench.report.site; the fleet's pages (the configuration x tier
+matrix, and configurations side by side) come from cxlbench.fleet.page, a layer
+above the report, so this command hands them in.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from cxlbench.cli.commands import UserError
+from cxlbench.fleet import page as fleet_page, record as records
+from cxlbench.fleet.record import FleetRecord
+from cxlbench.report import site
+from cxlbench.results.store import Run
+
+
+class FleetPages:
+    """The fleet report's pages over the site's runs, with the stores' newest fleet record
+    (`inputs`: what they show beside the runs: the stores' names and that record)."""
+
+    def __init__(self, stores: list[str]):
+        self.stores = stores
+        found = [r for s in stores for r in records.load_all(str(s))]
+        self.record: FleetRecord | None = max(found, key=lambda r: (r.submitted, r.fleet_id)) if found else None
+        text = json.dumps([stores, asdict(self.record) if self.record else None], sort_keys=True)
+        self.inputs = hashlib.sha256(text.encode()).hexdigest()
+
+    def _report(self, runs: list[Run], compare: tuple[str, str] | None = None) -> fleet_page.FleetReport:
+        return fleet_page.of_runs(", ".join(map(str, self.stores)), runs, self.record, compare=compare)
+
+    def matrix(self, runs: list[Run], nav: site.Nav) -> str:
+        return fleet_page.html(self._report(runs), nav)
+
+    def pair(self, runs: list[Run], a: str, b: str, nav: site.Nav) -> str:
+        return fleet_page.html(self._report(runs, (a, b)), nav)
+
+
+def publish(stores: list[str], out: str, quiet: bool = False) -> int:
+    if not stores:
+        raise UserError("publish needs at least one store (a results folder or a store URL)")
+    done = site.publish(stores, out, FleetPages([str(s) for s in stores]))
+    if not quiet:
+        print(f"published {Path(out) / 'index.html'}: {len(done.written)} page(s) written, "
+              f"{len(done.kept)} unchanged, {len(done.removed)} removed")
+        if done.left_out:
+            print(f"left out {len(done.left_out)} run(s): " + "; ".join(done.left_out[:3]) +
+                  (" ..." if len(done.left_out) > 3 else ""))
+    return 0
+
+
+def add_parser(sub) -> None:
+    from cxlbench.cli.fleet_cli import store_options
+    p = sub.add_parser("publish", help="every run in the stores as one static site (index, machines, "
+                                       "trends, runs, changes, configurations compared)")
+    p.add_argument("stores", nargs="+", metavar="STORE", help="results folders or store URLs (s3://...)")
+    p.add_argument("-o", "--out", required=True, metavar="SITE",
+                   help="the site's folder; publishing again renders only the pages whose runs changed")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    store_options(p)
+    p.set_defaults(func=lambda a: publish(a.stores, a.out, a.quiet))
+
+
+__all__ = ["publish", "add_parser", "FleetPages"]
