@@ -131,18 +131,26 @@ class Browser:
         await self.send("Page.navigate", session=True, url=url)
         return await self._settle(url)
 
+    async def _fire(self, expression: str) -> None:
+        """Run an expression that navigates: the page may go away before the evaluation
+        answers ("Inspected target navigated or closed"), which means it worked."""
+        try:
+            await self.js(expression)
+        except RuntimeError as e:
+            if "navigated or closed" not in str(e):
+                raise
+
     async def click(self, selector: str) -> str:
         """Click the first element matching `selector`; the URL of the page it led to."""
         before = await self.js("location.href")
-        found = await self.js(f"(() => {{ const a = document.querySelector({json.dumps(selector)});"
-                              f" if (!a) return false; a.click(); return true; }})()")
-        if not found:
+        if not await self.js(f"document.querySelector({json.dumps(selector)}) !== null"):
             raise AssertionError(f"no {selector} on {before}")
+        await self._fire(f"document.querySelector({json.dumps(selector)}).click()")
         return await self._settle(before=before)
 
     async def back(self) -> str:
         before = await self.js("location.href")
-        await self.js("history.back()")
+        await self._fire("history.back()")
         return await self._settle(before=before)
 
     async def links(self) -> list[str]:
