@@ -147,7 +147,7 @@ stage_context
 ctx="$workdir/context"
 case "$engine" in
   podman|docker) build=("$engine" build) ;;
-  buildah) build=(buildah build) ;;
+  buildah) build=(buildah build --layers) ;;   # podman and docker keep layers by default
 esac
 run "${build[@]}" -f "$ctx/Containerfile" --target runtime "${build_args[@]}" -t "$tag" "${extra[@]}" "$ctx"
 
@@ -162,5 +162,5 @@ if [ "$check" = 1 ]; then
       else ctr=$(buildah from "$tag"); buildah run "$ctr" -- cxlbench topology; buildah rm "$ctr" >/dev/null; fi ;;
   esac
 fi
-say "push it where the nodes pull from: $engine push $tag REGISTRY/$tag"
-say "then: cxlbench fleet manifests --image REGISTRY/$tag ..."
+say "push it where the nodes pull from: $engine push $tag REGISTRY/${tag#localhost/}"
+say "then: cxlbench fleet manifests --image REGISTRY/${tag#localhost/} ..."
