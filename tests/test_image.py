@@ -143,3 +143,19 @@ def test_bad_options_are_one_line_and_exit_2(args, says):
     r = build_image("--dry-run", *args)
     assert r.returncode == 2
     assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and says in r.stderr
+
+
+def runs() -> list[str]:
+    """Each RUN instruction's shell command, continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", CONTAINERFILE.read_text())
+    return re.findall(r"^RUN (.+)$", text, flags=re.M)
+
+
+def test_a_run_step_fails_when_any_of_its_commands_fails():
+    # `a; b` exits with b's status: a torch install that failed would be hidden by the
+    # `rm` after it, and the package's own install would then fetch PyPI's CUDA torch.
+    assert runs(), "no RUN found: the pattern no longer matches the Containerfile"
+    for command in runs():
+        command = re.sub(r"\"[^\"]*\"|'[^']*'", "''", command)     # a ';' inside quotes is no sequence
+        compound = command.startswith("if ") and command.endswith("fi") and command.count("fi") == 1
+        assert ";" not in command or compound or command.startswith("set -e;"), command
