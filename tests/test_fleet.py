@@ -162,3 +162,16 @@ def test_valid_label_values_pass_the_label_check():
     for key, value in (("cxlbench.io/config", "cxl-a"), ("config", "A.b_c-1"), ("cxlbench.io/config", "")):
         assert label_problems(key, value) == []
     assert label_problems("Bad.Prefix/config", "x") and label_problems("cxlbench.io/", "x")
+
+
+def test_the_manifests_name_the_built_image_by_default_and_let_move_pages_through(tmp_path, capsys):
+    """scripts/build-image.sh tags cxlbench:VERSION; an unprivileged pod's seccomp must
+    let move_pages(2) through, or every case fails its placement check."""
+    from cxlbench.cli.main import main
+    from cxlbench.version import __version__
+    out = tmp_path / "fleet.yaml"
+    assert main(["fleet", "manifests", "--store", str(tmp_path / "s"), "--config", "cxl-a=2", "-o", str(out)]) == 0
+    (doc,) = [json.loads(d) for d in out.read_text().split("---\n") if d.strip()]
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"cxlbench:{__version__}"
+    assert container["securityContext"]["seccompProfile"] == {"type": "Unconfined"}

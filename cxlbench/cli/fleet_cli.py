@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cxlbench.cli.argtypes import fraction, out_file, seconds, slurm_time, whole
 from cxlbench.cli.commands import UserError
+from cxlbench.version import __version__
 
 
 def store_options(sp: argparse.ArgumentParser) -> None:
@@ -66,7 +67,9 @@ def add_parser(sub) -> None:
 
     m = fsub.add_parser("manifests", help="Kubernetes Indexed Jobs, one per configuration (validated offline)")
     m.add_argument("--store", required=True)
-    m.add_argument("--image", required=True, help="a container image with cxlbench installed")
+    m.add_argument("--image", default=f"cxlbench:{__version__}",
+                   help="the image the pods run (default: cxlbench:VERSION, what scripts/build-image.sh builds; "
+                        "push it to a registry the nodes reach and name that)")
     m.add_argument("--suite", default="quick")
     m.add_argument("--config", action="append", required=True, metavar="NAME=NODES",
                    help="a configuration and how many nodes carry its label (repeatable)")
