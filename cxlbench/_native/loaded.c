@@ -26,6 +26,7 @@
 #define CHASE_CHUNK 256
 #define SUB_WINDOW_NS 250000u    /* 250 us: well inside a scheduler time slice */
 #define SHARE_PCT 95u            /* a sub-window counts when every thread had 95% of it */
+#define STAGE_BLOCKS 2048        /* timed blocks a sub-window holds (250 us of 8 x 15 ns loads) */
 
 struct load_thread {
     /* the counter the chase thread reads: alone in its cache line */
@@ -46,6 +47,7 @@ struct loaded_ctx {
     pthread_cond_t opened;
     int go, abort;
     int stop;                         /* set by the chase thread when its window closes */
+    unsigned k;                       /* loads per timed block; 0: untimed chunks */
     struct cb_loaded_result result;
     uintptr_t sink;
 };
@@ -196,11 +198,48 @@ static void chase_chunk(uintptr_t *p, size_t n, unsigned steps)
             p[c] = *(const uintptr_t *)p[c];
 }
 
+/* A sub-window of untimed chunks from t0 until SUB_WINDOW_NS have passed:
+ * its end; *steps_out the steps each chain took. */
+static uint64_t untimed_window(uintptr_t *p, size_t nheads, uint64_t t0, uint64_t *steps_out)
+{
+    uint64_t steps = 0, t1;
+    do {
+        chase_chunk(p, nheads, CHASE_CHUNK);
+        steps += CHASE_CHUNK;
+        t1 = cb_now_ns();
+    } while (t1 - t0 < SUB_WINDOW_NS);
+    *steps_out = steps;
+    return t1;
+}
+
+/* A sub-window of blocks of k loads (one chain), each block's ns into stage,
+ * from t0 until SUB_WINDOW_NS have passed or the stage is full: its end. The
+ * clock read that ends a block starts the next, as in chase.c. */
+static uint64_t timed_window(uintptr_t *p, unsigned k, uint64_t t0, uint32_t *stage,
+                             unsigned *nblocks)
+{
+    uintptr_t q = p[0];
+    uint64_t t1 = t0;
+    unsigned n = 0;
+    do {
+        for (unsigned j = 0; j < k; j++)
+            q = *(const uintptr_t *)q;
+        uint64_t t = cb_now_ns();
+        uint64_t d = t - t1;
+        stage[n++] = (uint32_t)(d < UINT32_MAX ? d : UINT32_MAX);
+        t1 = t;
+    } while (t1 - t0 < SUB_WINDOW_NS && n < STAGE_BLOCKS);
+    p[0] = q;
+    *nblocks = n;
+    return t1;
+}
+
 static void *chase_worker(void *arg)
 {
     struct loaded_ctx *x = arg;
     if (!wait_gate(x))
         return NULL;
+    uint32_t stage[STAGE_BLOCKS];
     uintptr_t p[MAX_HEADS];
     for (size_t c = 0; c < x->nheads; c++)
         p[c] = x->heads[c];
@@ -210,17 +249,19 @@ static void *chase_worker(void *arg)
         chase_chunk(p, x->nheads, CHASE_CHUNK);
 
     struct cb_loaded_result *r = &x->result;
+    r->k = x->k;
+    r->overhead_ns = x->k ? cb_block_overhead_ns() : 0;
     const uint64_t limit = x->limit_ns, need_load_cpu = SHARE_PCT * x->nload;
     uint64_t begin = cb_now_ns();
     uint64_t c0 = cb_thread_cpu_ns(), l0 = load_cpu(x), n0 = load_lines(x);
     uint64_t tn0 = cb_now_ns(), t0 = tn0;
     while (r->chase_ns < x->duration_ns && t0 - begin < limit) {
-        uint64_t steps = 0, t1;
-        do {
-            chase_chunk(p, x->nheads, CHASE_CHUNK);
-            steps += CHASE_CHUNK;
-            t1 = cb_now_ns();
-        } while (t1 - t0 < SUB_WINDOW_NS);
+        uint64_t steps, t1;
+        unsigned nb = 0;
+        if (x->k)
+            t1 = timed_window(p, x->k, t0, stage, &nb), steps = (uint64_t)nb * x->k;
+        else
+            t1 = untimed_window(p, x->nheads, t0, &steps);
         uint64_t n1 = load_lines(x), tn1 = cb_now_ns();
         uint64_t c1 = cb_thread_cpu_ns(), l1 = load_cpu(x);
         uint64_t wall = t1 - t0, lwall = tn1 - tn0;
@@ -239,6 +280,8 @@ static void *chase_worker(void *arg)
             r->chase_steps += steps;
             r->load_ns += lwall;
             r->load_lines += n1 - n0;
+            for (unsigned i = 0; i < nb; i++)
+                cb_hist_add(&r->hist, stage[i]);
         }
         c0 = c1;
         l0 = l1;
@@ -259,8 +302,10 @@ static void *chase_worker(void *arg)
 int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct cb_line_op *op,
               uintptr_t load_buf, size_t load_bytes, const int *load_cpus, size_t nload,
               uint64_t delay, uint64_t warmup_ns, uint64_t duration_ns, uint64_t limit_ns,
-              struct cb_loaded_result *out)
+              unsigned k, struct cb_loaded_result *out)
 {
+    if (k && nheads != 1)
+        return EINVAL;
     if (nheads == 0 || nheads > MAX_HEADS || chase_cpu < 0 || chase_cpu >= CPU_SETSIZE)
         return EINVAL;
     int err = cb_line_op_check(op);
@@ -277,7 +322,7 @@ int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct
     struct loaded_ctx x = {
         .op = op, .delay = delay, .warmup_ns = warmup_ns, .duration_ns = duration_ns,
         .limit_ns = limit_ns > duration_ns ? limit_ns : duration_ns,
-        .heads = heads, .nheads = nheads, .nload = nload,
+        .heads = heads, .nheads = nheads, .nload = nload, .k = k,
     };
     if (nload) {
         x.load = aligned_alloc(64, nload * sizeof *x.load);
