@@ -112,18 +112,24 @@ static read_lines_fn pick_read_lines(void)
 }
 
 /* `n` lines of the op from p, line j of its group first, waiting `delay`
- * after every line; returns the group position after them. */
+ * after every line; returns the group position after them and adds what the
+ * reads read to *sum. The accumulators are this function's own, so they live
+ * in registers (through a pointer they would be loaded and stored every line,
+ * a store-to-load chain that capped the read rate). */
 static unsigned op_lines(const struct cb_line_op *op, uintptr_t p, size_t n, unsigned j,
-                         uint64_t delay, struct cb_acc *s)
+                         uint64_t delay, uint64_t *sum)
 {
     const unsigned group = op->reads + op->writes;
     const cb_v16 v = V16_SET64(op->value);
+    struct cb_acc s;
+    acc_zero(&s);
     for (size_t k = 0; k < n; k++, p += CB_LINE) {
-        line_op(op, p, j, v, s);
+        line_op(op, p, j, v, &s);
         if (++j == group)
             j = 0;
         cb_delay(delay);
     }
+    *sum += acc_sum(&s);
     return j;
 }
 
@@ -137,8 +143,6 @@ static void *load_worker(void *arg)
     const uint64_t delay = x->delay;
     const uintptr_t lo = t->lo, hi = t->hi;
     const read_lines_fn read_lines = op->writes == 0 && delay == 0 ? pick_read_lines() : NULL;
-    struct cb_acc s;
-    acc_zero(&s);
     uint64_t sum = 0, lines = 0;
     uintptr_t p = lo;
     unsigned j = 0;
@@ -149,7 +153,7 @@ static void *load_worker(void *arg)
         if (read_lines)
             sum += read_lines(p, n);
         else
-            j = op_lines(op, p, n, j, delay, &s);
+            j = op_lines(op, p, n, j, delay, &sum);
         p += n * CB_LINE;
         if (p >= hi) {
             p = lo;
@@ -160,7 +164,7 @@ static void *load_worker(void *arg)
     }
     if (op->nt && op->writes)
         NT_FENCE();
-    t->sum = sum + acc_sum(&s);
+    t->sum = sum;
     return NULL;
 }
 
