@@ -1,6 +1,7 @@
 """cxlbench: characterise the memory tiers AI training spills into.
 
 The public API is small: `load` reads stored runs into a tidy DataFrame;
+`histograms` their latency distributions, one row per histogram bucket;
 `history` reads a machine's runs of one suite as one row per run × figure.
 """
 from cxlbench.version import __version__
@@ -11,6 +12,14 @@ def load(paths, **kwargs):
     tidy pandas DataFrame, one row per sample. See cxlbench.results.store.load."""
     from cxlbench.results.store import load as _load
     return _load(paths, **kwargs)
+
+
+def histograms(paths):
+    """The latency distributions of one or more runs (histograms.parquet beside each
+    run's samples) as one pandas DataFrame, one row per histogram bucket. See
+    cxlbench.results.store.load_histograms."""
+    from cxlbench.results.store import load_histograms
+    return load_histograms(paths)
 
 
 def history(paths="results", machine=None, suite=None):
@@ -24,4 +33,4 @@ def history(paths="results", machine=None, suite=None):
                                                                         ignore_index=True)
 
 
-__all__ = ["load", "history", "__version__"]
+__all__ = ["load", "histograms", "history", "__version__"]
