@@ -41,7 +41,13 @@ SHOW = Show(
     x="working_set_bytes", facets=("pattern",),
     headlines=(Headline("latency, {working_set_bytes} working set, {page} pages", "latency_ns",
                         column="idle latency", where={"pattern": "random", "chains": 1}, per=("page",),
-                        pick="largest:working_set_bytes", digits=1),))
+                        pick="largest:working_set_bytes", digits=1),
+               # the distribution of the same loop, and the machine's floor beside its tail
+               *(Headline(f"{name}, {{working_set_bytes}} working set, {{page}} pages", metric, column=name,
+                          where={"pattern": "random", "chains": 1}, per=("page",),
+                          pick="largest:working_set_bytes", digits=1)
+                 for name, metric in (("p50", "p50_ns"), ("p99", "p99_ns"), ("p99.9", "p99_9_ns"),
+                                      ("floor p99.9", "floor_p99_9_ns")))))
 
 
 @dataclass(kw_only=True)
@@ -130,11 +136,11 @@ def chase(case: Case, env: Env, info: dict, line_bytes: int, window_bytes: int =
                 mean_ns = elapsed_ns / steps
             found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,
                      "steps": steps, "cpu_held": round(held, 4)}
-        if distribution:
-            samples += _tails(dist, mean_ns, tier.node, rep, found, info, seed=case.seed(rep))
         samples.append(Sample("latency_ns", mean_ns, rep, found))
         if chains > 1:                # memory-level parallelism: loads in flight together
             samples.append(Sample("ns_per_load", mean_ns / chains, rep, found))
+        if distribution:
+            samples += _tails(dist, mean_ns, tier.node, rep, found, info, seed=case.seed(rep))
     info["cpu"] = initiator.cpus[0]
     return samples
 

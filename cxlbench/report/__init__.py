@@ -24,7 +24,7 @@ from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt
 from cxlbench import units
 from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.reduction import points, repetitions
-from cxlbench.report import build, drift as drift_section, step_breakdown
+from cxlbench.report import build, distributions, drift as drift_section, step_breakdown
 from cxlbench.results.store import Run, atomic_write, safe_name
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -55,6 +55,7 @@ def run_context(run: Run) -> dict[str, Any]:
         tiers += sorted(set(pts["target"]) - set(tiers))
     maker = build.ChartMaker("r", sorted(tiers, key=units.tier_order))
     marks = build.caches(meta)
+    hists = distributions.run_histograms(run.path)
     families = []
     if not pts.empty:
         for bench in build.family_order(pts["benchmark"], [meta]):
@@ -66,8 +67,9 @@ def run_context(run: Run) -> dict[str, Any]:
                                  **drift_section.section(run.samples, meta, maker)})
                 continue
             allowed = build.requested_params([meta], bench, pts.attrs.get("axes", []))
+            lead = distributions.latency_cdfs(hists, maker) if bench == "latency" else []
             families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,
-                             "description": show["description"],
+                             "description": show["description"], "lead_charts": lead,
                              "charts": build.family_charts(fam, show, marks, maker, allowed=allowed),
                              **(step_breakdown.section(run.samples, maker) if bench == "training" else {}),
                              "tables": build.points_tables(fam, allowed),

@@ -482,7 +482,17 @@ def _wide(xs: list[float]) -> bool:
 def metric_title(metric: str) -> str:
     return {"latency_ns": "latency", "bandwidth_GBps": "bandwidth", "iops": "IOPS",
             "tokens_per_s": "tokens/s", "step_time_s": "step time", "params_per_s": "params/s",
-            "tflops": "TFLOP/s", "mfu": "MFU"}.get(metric, metric.replace("_", " "))
+            "tflops": "TFLOP/s", "mfu": "MFU"}.get(metric, _percentile_title(metric))
+
+
+def _percentile_title(metric: str) -> str:
+    """p99_9_ns -> "p99.9", floor_p99_ns -> "floor p99": the tail metrics' names read
+    as percentiles; any other metric its name with spaces."""
+    m = re.fullmatch(r"(floor_)?p(\d+)(?:_(\d+))?_ns", metric)
+    if not m:
+        return metric.replace("_", " ")
+    pct = m.group(2) + (f".{m.group(3)}" if m.group(3) else "")
+    return ("floor " if m.group(1) else "") + "p" + pct
 
 
 def _paired_charts(fam, show, maker, color_by, facet_by, names, allowed=None) -> list[dict[str, str]]:
