@@ -59,3 +59,17 @@ def test_the_tail_axis_is_the_share_of_blocks_slower_per_load():
     x, y = exceedance(h)
     assert list(x) == [(1047.5 - 19) / 8, (1687.5 - 19) / 8]        # the slowest bucket: nothing above
     assert list(y) == pytest.approx([0.1, 0.001])
+
+
+def test_loaded_latency_draws_its_p99_curve_beside_the_mean(tmp_path):
+    rng = np.random.default_rng(4)
+    results = []
+    for mix in ("read", "2:1"):
+        for delay, bw in ((0, 12.0), (200, 4.0)):
+            results.append(case_result("loaded_latency", "ddr0", {"mix": mix, "delay": delay}, {
+                "latency_ns": noisy(rng, 300.0, 0.01, 3), "bandwidth_GBps": noisy(rng, bw, 0.01, 3),
+                "p99_ns": noisy(rng, 500.0, 0.01, 3)}))
+    m, tiers = machine(cxl=False)
+    html = render_run_html(load_run(write_run(tmp_path / "results", results, m=m, tiers=tiers)))
+    assert "Loaded latency · p99 vs bandwidth" in html
+    assert "Loaded latency · latency vs bandwidth" in html

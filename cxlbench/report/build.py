@@ -366,6 +366,10 @@ def look(metas: Iterable[dict], benchmark: str) -> dict[str, Any]:
             "x": None, "facets": [], "pair": None}
 
 
+#: A paired family (loaded latency) that also records this metric gets its curve too.
+TAIL_CURVE = "p99_ns"
+
+
 def family_charts(fam: pd.DataFrame, show: dict[str, Any], meta_caches: list[tuple[float, str]],
                   maker: ChartMaker, color_by: str = "target", facet_by: Iterable[str] = (),
                   names: dict | None = None, allowed: Iterable[str] | None = None) -> list[dict[str, str]]:
@@ -378,6 +382,9 @@ def family_charts(fam: pd.DataFrame, show: dict[str, Any], meta_caches: list[tup
     metrics = list(dict.fromkeys(fam["metric"]))
     if show.get("pair") and set(show["pair"]) <= set(metrics):
         out += _paired_charts(fam, show, maker, color_by, facet_by, names, allowed)
+        if TAIL_CURVE in metrics and show["pair"][1] != TAIL_CURVE:     # the tail's curve beside the mean's
+            out += _paired_charts(fam, {**show, "pair": (show["pair"][0], TAIL_CURVE)}, maker,
+                                  color_by, facet_by, names, allowed)
         metrics = []
     for metric in metrics:
         mp = fam[fam["metric"] == metric]
