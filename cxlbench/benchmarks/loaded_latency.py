@@ -175,15 +175,17 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
         with chase, load:
             found = {"page_bytes": min(chase.page_bytes_found, load.page_bytes_found),
                      "huge_coverage": min(chase.huge_coverage, load.huge_coverage)}
-            samples += curve(chase, load, cpus, p, rep, found, env, info, seed=case.seed(rep))
+            samples += curve(chase, load, cpus, p, rep, found, env, info, seed=case.seed(rep),
+                             tails_too=True)
     return samples
 
 
 def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env,
-          info: dict, extra: dict | None = None, *, seed: int) -> list[Sample]:
+          info: dict, extra: dict | None = None, *, seed: int, tails_too: bool = False) -> list[Sample]:
     """One repetition's points — idle, then every delay — on buffers already placed
     (any object with addr and length: a HostBuffer, an interleaved buffer); seed: the
-    chase's cycle (Case.seed(rep), distinct across processes)."""
+    chase's cycle (Case.seed(rep), distinct across processes). tails_too: each point's
+    tail metrics and histogram as well (a family that declares tails.TAIL_METRICS)."""
     from cxlbench import _native
     reads, writes = parse_mix(p["mix"])
     chase_cpu, load_cpus = cpus[0], list(cpus[1:1 + p["load_threads"]])
@@ -218,8 +220,9 @@ def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env
         dist = tails.Distribution.from_hist(r["hist"], r["k"], r["overhead_ns"])
         clock_ns = r["overhead_ns"] * r["chase_steps"] / r["k"]     # one clock read a block
         out.append(Sample("latency_ns", (r["chase_ns"] - clock_ns) / r["chase_steps"], rep, where))
-        out += tails.samples(rep, where, dist, None)
-        info.setdefault(tails.HISTOGRAMS, []).append(dist.record(rep, "chase", label))
+        if tails_too:
+            out += tails.samples(rep, where, dist, None)
+            info.setdefault(tails.HISTOGRAMS, []).append(dist.record(rep, "chase", label))
         bw = r["load_bytes"] / r["load_ns"] if threads and r["load_ns"] else 0.0
         out.append(Sample("bandwidth_GBps", bw, rep, where))
     return out
