@@ -1,6 +1,7 @@
 """cxlbench: characterise the memory tiers AI training spills into.
 
 The public API is small: `load` reads stored runs into a tidy DataFrame;
+`histograms` their latency distributions, one row per histogram bucket;
 `history` reads a machine's runs of one suite as one row per run × figure.
 """
 from cxlbench.version import __version__
@@ -22,6 +23,14 @@ def repetitions(samples):
     return _repetitions(samples)
 
 
+def histograms(paths):
+    """The latency distributions of one or more runs (histograms.parquet beside each
+    run's samples) as one pandas DataFrame, one row per histogram bucket. See
+    cxlbench.results.store.load_histograms."""
+    from cxlbench.results.store import load_histograms
+    return load_histograms(paths)
+
+
 def history(paths="results", machine=None, suite=None):
     """A machine's runs of one suite in time order, one row per run × figure (its
     median, interval, repetitions, precision, headline label, and the run's kernel,
@@ -33,4 +42,4 @@ def history(paths="results", machine=None, suite=None):
                                                                         ignore_index=True)
 
 
-__all__ = ["load", "repetitions", "history", "__version__"]
+__all__ = ["load", "repetitions", "histograms", "history", "__version__"]

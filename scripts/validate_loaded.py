@@ -1,11 +1,23 @@
 #!/usr/bin/env python3
-"""Does loaded latency's idle point agree with the latency suite? Interleaved
-rounds on one tier: a latency-family run (random chase) and a loaded-latency
-run with no load (its idle point, same code path as the loaded points), at
-the same working set and page size, back to back so drift hits both alike.
+"""Does loaded latency agree with the tools it is checked against? Two checks.
+
+Idle (default): interleaved rounds on one tier of a latency-family run (random
+chase) and a loaded-latency run with no load (its idle point, same code path as
+the loaded points), at the same working set and page size, back to back so
+drift hits both alike.
 
     .venv/bin/python scripts/validate_loaded.py [--rounds 5] [--tier ddr0]
         [--working-set 256MiB] [--pages 4k,thp] [--out validation-out/loaded]
+
+Loaded (--multiload PATH): google/multichase's multiload runs the same
+experiment, `-c chaseload -l stream-sum -t 2`: one chase thread and one read
+load thread at full injection. Interleaved rounds (the tool that goes first
+alternates), both on CPUs 0-1 (multiload under taskset; cxlbench's family
+chases on the tier's first CPU and loads from the second), same working set
+for the chase and for the load, 4 KiB pages; cxlbench also at --delays.
+
+    .venv/bin/python scripts/validate_loaded.py --multiload /path/to/multiload \
+        [--rounds 5] [--working-set 512MiB] [--delays 0,2,8]
 
 Prints per round and page size the medians over repetitions of: the latency
 family (wall-clock chase), the loaded-latency idle point (sub-windows in which
@@ -15,7 +27,9 @@ over every sub-window; then the median of the rounds and the ratios.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -62,6 +76,81 @@ def one_round(args, page: str, out: Path, tag: str) -> dict[str, float]:
             "loaded_idle_wall": statistics.median(wall) if wall else float("nan")}
 
 
+LOADED_SUITE = """name = "validate-loaded-multiload"
+repetitions = {reps}
+warmup = 1
+min_sample_s = {sample_s}
+
+[[benchmark]]
+name = "loaded_latency"
+tiers = ["{tier}"]
+page = ["4k"]
+mix = ["read"]
+delays = "{delays}"
+load_threads = [1]
+working_set = "{ws}"
+load_bytes = "{ws}"
+"""
+
+
+def cxlbench_loaded(args, out: Path, tag: str) -> dict[int, tuple[float, float]]:
+    """{delay: (chase ns, load GB/s)}: medians over repetitions."""
+    with tempfile.TemporaryDirectory() as d:
+        suite = Path(d) / "validate-loaded-multiload.toml"
+        suite.write_text(LOADED_SUITE.format(tier=args.tier, ws=args.working_set,
+                                             delays=args.delays, reps=args.repetitions,
+                                             sample_s=args.sample_s))
+        outcome = run(RunConfig(suite=str(suite), out=str(out), label=tag))
+    s = load_run(outcome.path).samples
+    s = s[s["delay"].notna() & (s["load_threads"] > 0)]
+    got = {}
+    for delay, g in s.groupby("delay"):
+        med = g.groupby("metric")["value"].median()
+        got[int(delay)] = (float(med["latency_ns"]), float(med["bandwidth_GBps"]))
+    return got
+
+
+def multiload(args) -> tuple[float, float]:
+    """(chase ns, the load thread's GB/s) of one multiload run: the medians over its
+    0.5 s samples (-v prints each; a median, so one sample in which another
+    process took a CPU does not decide it, as cxlbench keeps only sub-windows in
+    which its threads held their CPUs). A uniformly random chase over 64-byte
+    lines (-s 64, one TLB group as large as the arena), its own 4 KiB pages."""
+    m = args.working_set.lower().replace("ib", "")
+    cmd = ["taskset", "-c", "0-1", args.multiload, "-c", "chaseload", "-l", "stream-sum",
+           "-t", "2", "-m", m, "-s", "64", "-T", m, "-a", "-v", "-n", str(args.samples)]
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    chase = [float(x) for x in re.findall(r"sample_no=\d+\s+avg=([\d.]+)\(ns\)", text)]
+    mibs = [float(x) for x in re.findall(r"Total\(MiB/s\)=([\d.]+)", text)]
+    if not chase or not mibs:
+        raise SystemExit(f"multiload printed no samples:\n{text}")
+    return statistics.median(chase), statistics.median(mibs) * 2**20 / 1e9
+
+
+def against_multiload(args) -> None:
+    out = Path(args.out)
+    delays = [int(d) for d in args.delays.split(",")]
+    rows = []
+    print(f"{'round':>5} {'multiload ns':>12} {'GB/s':>6} " +
+          " ".join(f"{'d' + str(d) + ' ns':>8} {'GB/s':>6}" for d in delays), flush=True)
+    for i in range(1, args.rounds + 1):
+        first_mc = i % 2 == 1
+        mc = multiload(args) if first_mc else None
+        cx = cxlbench_loaded(args, out, f"multiload-round{i}")
+        if not first_mc:
+            mc = multiload(args)
+        rows.append((mc, cx))
+        print(f"{i:>5} {mc[0]:12.1f} {mc[1]:6.2f} " +
+              " ".join(f"{cx[d][0]:8.1f} {cx[d][1]:6.2f}" for d in delays), flush=True)
+    med = lambda xs: statistics.median(xs)
+    mc_ns, mc_bw = med(r[0][0] for r in rows), med(r[0][1] for r in rows)
+    print(f"\nmedian of {args.rounds} rounds: multiload chase {mc_ns:.1f} ns, load {mc_bw:.2f} GB/s")
+    for d in delays:
+        ns, bw = med(r[1][d][0] for r in rows), med(r[1][d][1] for r in rows)
+        print(f"cxlbench delay {d}: chase {ns:.1f} ns ({ns / mc_ns:.2f}x multiload), "
+              f"load {bw:.2f} GB/s ({bw / mc_bw:.2f}x multiload)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -71,7 +160,13 @@ def main() -> None:
     ap.add_argument("--repetitions", type=int, default=5)
     ap.add_argument("--sample-s", type=float, default=0.2)
     ap.add_argument("--out", default="validation-out/loaded")
+    ap.add_argument("--multiload", help="multiload binary: check loaded points against it")
+    ap.add_argument("--delays", default="0,2,8", help="cxlbench's delays beside multiload")
+    ap.add_argument("--samples", type=int, default=5, help="multiload's 0.5 s samples")
     args = ap.parse_args()
+    if args.multiload:
+        against_multiload(args)
+        return
     out = Path(args.out)
     pages = args.pages.split(",")
     rows: dict[str, list[dict[str, float]]] = {p: [] for p in pages}

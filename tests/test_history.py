@@ -338,3 +338,45 @@ def test_a_point_keeps_one_name_when_the_headline_picks_another_point_in_some_ru
     names = rows.groupby("point")["label"].nunique()
     assert (names == 1).all()
     assert "ddr0 peak read bandwidth (2 threads)" in set(rows["label"])
+
+
+# ------------------------------------------------------------------ tail metrics
+
+def _tail_runs(tmp_path: Path, n: int, *, doctored_from: int | None = None) -> list[Path]:
+    """n runs whose one latency case has a mean and a p99 (as the latency family
+    stores them); from run `doctored_from` on, p99 is 20% higher and the mean is not."""
+    from tests.fakes.synthetic import case_result, noisy
+    rng = np.random.default_rng(7)
+    paths = []
+    for i in range(n):
+        worse = 1.2 if doctored_from is not None and i >= doctored_from else 1.0
+        params = {"working_set_bytes": 1 << 30, "page": "4k", "pattern": "random", "chains": 1,
+                  "line_bytes": 64}
+        result = case_result("latency", "ddr0", params, {
+            "latency_ns": noisy(rng, 140.0, 0.01, 5), "p99_ns": noisy(rng, 210.0 * worse, 0.01, 5)},
+            sample_params=lambda rep, i: {"page_bytes": 4096, "huge_coverage": 0.0})
+        m, tiers = machine(cxl=False)
+        p = write_run(tmp_path / "results", [result], m=m, tiers=tiers, suite="ci", label=f"r{i}")
+        meta = json.loads((p / "run.json").read_text())
+        meta["started"] = (START + pd.Timedelta(minutes=15 * i)).isoformat()
+        (p / "run.json").write_text(json.dumps(meta))
+        paths.append(p)
+    return paths
+
+
+def test_gate_fails_a_history_whose_p99_grew_a_fifth_while_the_mean_held(tmp_path, capsys):
+    paths = _tail_runs(tmp_path, 16, doctored_from=13)
+    out = tmp_path / "gate.json"
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13]),
+               "--confirm", "later", "--json", str(out)])
+    assert rc == 1 and "REGRESSION" in capsys.readouterr().out
+    points = json.loads(out.read_text())["points"]
+    slower = {p["point"].rsplit(":", 1)[-1] for p in points if p["verdict"] == "slower"}
+    assert slower == {"p99_ns"}
+
+
+def test_gate_passes_a_run_whose_tail_is_like_its_history(tmp_path, capsys):
+    paths = _tail_runs(tmp_path, 16)
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13]),
+               "--confirm", "later"])
+    assert rc == 0, capsys.readouterr().out

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from cxlbench import _native
-from cxlbench.benchmarks import interleave, loaded_latency, page_size, write_penalty, zerocopy
+from cxlbench.benchmarks import interleave, loaded_latency, page_size, tails, write_penalty, zerocopy
 from cxlbench.benchmarks.base import Env
 from cxlbench.benchmarks.spec import Spec
 from cxlbench.results.schema import Case
@@ -317,15 +317,18 @@ def test_loaded_latency_on_this_machine_stores_a_curve_with_its_idle_point(here)
     planned = plan(loaded_latency, spec(repetitions=1, working_set="8MiB", load_bytes="8MiB",
                                        delays=[0, 5000], mix=["read"]), here)
     samples, info = measure(loaded_latency, [p for p in planned if p.case.target == "ddr0"], here)
+    metrics = {"latency_ns", "bandwidth_GBps"} | {m.name for m in tails.TAIL_METRICS}
     by = {(s.metric, s.params["load_threads"], s.params["delay"]) for s in samples}
-    assert by <= {(m, n, d) for m in ("latency_ns", "bandwidth_GBps")
-                  for n, d in [(0, 0), (1, 0), (1, 5000)]}
+    assert by <= {(m, n, d) for m in metrics for n, d in [(0, 0), (1, 0), (1, 5000)]}
     idle = [s for s in samples if s.params["load_threads"] == 0]
     if idle:                                   # dropped only when the machine is too busy
-        assert {s.metric for s in idle} == {"latency_ns", "bandwidth_GBps"}
+        assert {s.metric for s in idle} == metrics
         assert [s.value for s in idle if s.metric == "bandwidth_GBps"] == [0.0]
     assert info["delay_ns_per_unit"] > 0 and set(info["kept_fraction"]) == {"idle", "0", "5000"}
-    assert len(samples) + 2 * len(info.get("warnings", [])) == 6
+    assert len(samples) + len(metrics) * len(info.get("warnings", [])) == 3 * len(metrics)
+    # every point kept has its histogram, named by the point
+    kept = {str(s.params["delay"]) if s.params["load_threads"] else "idle" for s in samples}
+    assert {h["point"] for h in info[tails.HISTOGRAMS]} == kept
 
 
 def test_write_penalty_on_this_machine_annotates_the_ecc_state(here):
@@ -344,6 +347,25 @@ def test_mlp_chains_add_ns_per_load(here):
     one = {s.metric: s.value for s in samples}
     assert set(one) == {"latency_ns", "ns_per_load"}
     assert one["ns_per_load"] == pytest.approx(one["latency_ns"] / 2)
+
+
+def test_one_chain_latency_has_its_distribution_floor_and_mean_check_here(here):
+    from cxlbench.benchmarks import latency
+    planned = plan(latency, spec(repetitions=2, working_set=["4MiB"]), here)
+    samples, info = measure(latency, planned, here)
+    by_rep = {}
+    for s in samples:
+        by_rep.setdefault(s.repetition, {})[s.metric] = s.value
+    assert set(by_rep) == {0, 1}
+    for one in by_rep.values():
+        assert set(one) == {"latency_ns"} | {m.name for m in tails.TAIL_METRICS + tails.FLOOR_METRICS}
+        ordered = [one[n] for n in ("p50_ns", "p90_ns", "p99_ns", "p99_9_ns", "p99_99_ns", "max_ns")]
+        assert ordered == sorted(ordered)
+    assert [(h["repetition"], h["kind"]) for h in info[tails.HISTOGRAMS]] == \
+        [(0, "chase"), (0, "floor"), (1, "chase"), (1, "floor")]
+    checks = info["distribution"]
+    assert [c["repetition"] for c in checks] == [0, 1]
+    assert all(c["timer_overhead_ns"] > 0 and c["k"] >= tails.K_MIN for c in checks)
 
 
 def test_page_size_measures_both_probes_here(here):

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "native.h"
 
@@ -276,6 +277,116 @@ uint64_t cb_chase_run(const uintptr_t *heads, size_t nheads, uint64_t steps)
     default: chase_any(h, nheads, steps); break;
     }
     return cb_now_ns() - t0;
+}
+
+/* ---- the distribution: blocks of k loads, timed ----------------------------- */
+
+size_t cb_hist_index(uint64_t ns)
+{
+    const uint64_t top = (1ull << CB_HIST_TOP_BITS) - 1;
+    uint64_t v = ns < top ? ns : top;
+    unsigned msb = 63 - (unsigned)__builtin_clzll(v | (1u << CB_HIST_SUB_BITS));
+    unsigned shift = msb - CB_HIST_SUB_BITS;     /* 0 below 2^(SUB_BITS + 1) */
+    return ((size_t)shift << CB_HIST_SUB_BITS) + (size_t)(v >> shift);
+}
+
+uint64_t cb_hist_lower(size_t index)
+{
+    if (index < (2u << CB_HIST_SUB_BITS))
+        return index;
+    unsigned shift = (unsigned)(index >> CB_HIST_SUB_BITS) - 1;
+    return (uint64_t)(index - ((size_t)shift << CB_HIST_SUB_BITS)) << shift;
+}
+
+uint64_t cb_hist_width(size_t index)
+{
+    return index < (2u << CB_HIST_SUB_BITS) ? 1 : 1ull << ((index >> CB_HIST_SUB_BITS) - 1);
+}
+
+void cb_hist_add(struct cb_hist *h, uint64_t ns)
+{
+    h->counts[cb_hist_index(ns)]++;
+    h->n++;
+    h->sum_ns += ns;
+    if (ns > h->max_ns)
+        h->max_ns = ns;
+}
+
+/* Blocks per sub-window: the thread's CPU clock (a system call) is read once
+ * per 64 blocks, ~100 us on DRAM, outside every block's time. */
+#define DIST_WINDOW 64
+#define DIST_SHARE_PCT 95u
+
+/* n blocks of k dependent loads from *p; stage[i] = block i's ns, which
+ * includes one clock read (clock_gettime orders itself after the loads
+ * before it: rdtscp or lfence; rdtsc). Nothing else is in the timed path:
+ * a store to the stage, no branch on the value, no allocation. Returns the
+ * ns from the first block's start to the last one's end. */
+static uint64_t timed_blocks(uintptr_t *p, unsigned k, unsigned n, uint32_t *stage)
+{
+    uintptr_t q = *p;
+    uint64_t t0 = cb_now_ns(), start = t0;
+    for (unsigned i = 0; i < n; i++) {
+        for (unsigned j = 0; j < k; j++)
+            STEP(q);
+        uint64_t t1 = cb_now_ns();
+        uint64_t d = t1 - t0;
+        stage[i] = (uint32_t)(d < UINT32_MAX ? d : UINT32_MAX);
+        t0 = t1;
+    }
+    *p = q;
+    return t0 - start;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The cost of a block with no load in it, ns: the median over 32 sub-windows
+ * of their mean (the median, so an interrupt in one does not count). */
+static double block_overhead(uintptr_t *p)
+{
+    uint32_t stage[DIST_WINDOW];
+    uintptr_t none = 0;
+    p = p ? p : &none;                /* k = 0: the chain is never followed */
+    double means[32];
+    for (int w = 0; w < 32; w++)
+        means[w] = (double)timed_blocks(p, 0, DIST_WINDOW, stage) / DIST_WINDOW;
+    qsort(means, 32, sizeof means[0], cmp_double);
+    return (means[15] + means[16]) / 2;
+}
+
+double cb_block_overhead_ns(void)
+{
+    return block_overhead(NULL);
+}
+
+int cb_chase_dist(uintptr_t head, unsigned k, uint64_t blocks, struct cb_chase_dist *out)
+{
+    if (!head || k == 0)
+        return EINVAL;
+    memset(out, 0, sizeof *out);
+    uint32_t stage[DIST_WINDOW];
+    uintptr_t p = head;
+    out->overhead_ns = block_overhead(&p);
+    for (uint64_t done = 0; done < blocks;) {
+        unsigned n = blocks - done < DIST_WINDOW ? (unsigned)(blocks - done) : DIST_WINDOW;
+        uint64_t c0 = cb_thread_cpu_ns();
+        uint64_t wall = timed_blocks(&p, k, n, stage);
+        uint64_t c1 = cb_thread_cpu_ns();
+        if ((c1 - c0) * 100 >= DIST_SHARE_PCT * wall) {
+            for (unsigned i = 0; i < n; i++)
+                cb_hist_add(&out->kept, stage[i]);
+        } else {
+            out->lost_blocks += n;
+            out->lost_ns += wall;
+        }
+        done += n;
+    }
+    chase_sink = p;
+    return 0;
 }
 
 int cb_chase_order(uintptr_t base, size_t length, uintptr_t head, size_t max_steps,

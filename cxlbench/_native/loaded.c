@@ -26,6 +26,7 @@
 #define CHASE_CHUNK 256
 #define SUB_WINDOW_NS 250000u    /* 250 us: well inside a scheduler time slice */
 #define SHARE_PCT 95u            /* a sub-window counts when every thread had 95% of it */
+#define STAGE_BLOCKS 2048        /* timed blocks a sub-window holds (250 us of 8 x 15 ns loads) */
 
 struct load_thread {
     /* the counter the chase thread reads: alone in its cache line */
@@ -46,6 +47,7 @@ struct loaded_ctx {
     pthread_cond_t opened;
     int go, abort;
     int stop;                         /* set by the chase thread when its window closes */
+    unsigned k;                       /* loads per timed block; 0: untimed chunks */
     struct cb_loaded_result result;
     uintptr_t sink;
 };
@@ -59,6 +61,78 @@ static int wait_gate(struct loaded_ctx *x)
     return !x->abort;
 }
 
+/* A read load at full injection reads a block of lines with the widest
+ * loads the CPU has, four independent accumulators and no per-line branch:
+ * the loop a plain read stream runs (stream.c's read kernel, on integers so
+ * no value read can be a denormal that traps into microcode). The per-line
+ * loop below, with its group bookkeeping and delay test between lines, is what
+ * the other points run; at delay 0 it would make the load thread's issue rate,
+ * not the memory, part of the saturation figure. */
+typedef uint64_t u64x4 __attribute__((vector_size(32), aligned(32)));
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static uint64_t read_lines_avx2(uintptr_t p, size_t n)
+{
+    u64x4 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2, p += 2 * CB_LINE) {
+        s0 += *(const u64x4 *)p;
+        s1 += *(const u64x4 *)(p + 32);
+        s2 += *(const u64x4 *)(p + 64);
+        s3 += *(const u64x4 *)(p + 96);
+    }
+    if (i < n) {
+        s0 += *(const u64x4 *)p;
+        s1 += *(const u64x4 *)(p + 32);
+    }
+    u64x4 s = (s0 + s1) + (s2 + s3);
+    return s[0] + s[1] + s[2] + s[3];
+}
+#endif
+
+static uint64_t read_lines_base(uintptr_t p, size_t n)
+{
+    struct cb_acc s;
+    acc_zero(&s);
+    for (size_t i = 0; i < n; i++, p += CB_LINE)
+        line_read(p, &s);
+    return acc_sum(&s);
+}
+
+typedef uint64_t (*read_lines_fn)(uintptr_t, size_t);
+
+static read_lines_fn pick_read_lines(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2"))
+        return read_lines_avx2;
+#endif
+    return read_lines_base;
+}
+
+/* `n` lines of the op from p, line j of its group first, waiting `delay`
+ * after every line; returns the group position after them and adds what the
+ * reads read to *sum. The accumulators are this function's own, so they live
+ * in registers (through a pointer they would be loaded and stored every line,
+ * a store-to-load chain that capped the read rate). */
+static unsigned op_lines(const struct cb_line_op *op, uintptr_t p, size_t n, unsigned j,
+                         uint64_t delay, uint64_t *sum)
+{
+    const unsigned group = op->reads + op->writes;
+    const cb_v16 v = V16_SET64(op->value);
+    struct cb_acc s;
+    acc_zero(&s);
+    for (size_t k = 0; k < n; k++, p += CB_LINE) {
+        line_op(op, p, j, v, &s);
+        if (++j == group)
+            j = 0;
+        cb_delay(delay);
+    }
+    *sum += acc_sum(&s);
+    return j;
+}
+
 static void *load_worker(void *arg)
 {
     struct load_thread *t = arg;
@@ -66,32 +140,31 @@ static void *load_worker(void *arg)
     if (!wait_gate(x))
         return NULL;
     const struct cb_line_op *op = x->op;
-    const unsigned group = op->reads + op->writes;
-    const cb_v16 v = V16_SET64(op->value);
     const uint64_t delay = x->delay;
-    struct cb_acc s;
-    acc_zero(&s);
-    uintptr_t p = t->lo;
+    const uintptr_t lo = t->lo, hi = t->hi;
+    const read_lines_fn read_lines = op->writes == 0 && delay == 0 ? pick_read_lines() : NULL;
+    uint64_t sum = 0, lines = 0;
+    uintptr_t p = lo;
     unsigned j = 0;
-    uint64_t lines = 0;
     while (!__atomic_load_n(&x->stop, __ATOMIC_RELAXED)) {
-        for (int k = 0; k < PUBLISH_LINES; k++) {
-            line_op(op, p, j, v, &s);
-            if (++j == group)
-                j = 0;
-            p += CB_LINE;
-            if (p >= t->hi) {
-                p = t->lo;
-                j = 0;
-            }
-            cb_delay(delay);
+        /* A block of PUBLISH_LINES lines, cut short at the slice's end (the
+         * slice starts over with a fresh group). */
+        size_t n = (hi - p) / CB_LINE < PUBLISH_LINES ? (hi - p) / CB_LINE : PUBLISH_LINES;
+        if (read_lines)
+            sum += read_lines(p, n);
+        else
+            j = op_lines(op, p, n, j, delay, &sum);
+        p += n * CB_LINE;
+        if (p >= hi) {
+            p = lo;
+            j = 0;
         }
-        lines += PUBLISH_LINES;
+        lines += n;
         __atomic_store_n(&t->lines, lines, __ATOMIC_RELAXED);
     }
     if (op->nt && op->writes)
         NT_FENCE();
-    t->sum = acc_sum(&s);
+    t->sum = sum;
     return NULL;
 }
 
@@ -129,11 +202,48 @@ static void chase_chunk(uintptr_t *p, size_t n, unsigned steps)
             p[c] = *(const uintptr_t *)p[c];
 }
 
+/* A sub-window of untimed chunks from t0 until SUB_WINDOW_NS have passed:
+ * its end; *steps_out the steps each chain took. */
+static uint64_t untimed_window(uintptr_t *p, size_t nheads, uint64_t t0, uint64_t *steps_out)
+{
+    uint64_t steps = 0, t1;
+    do {
+        chase_chunk(p, nheads, CHASE_CHUNK);
+        steps += CHASE_CHUNK;
+        t1 = cb_now_ns();
+    } while (t1 - t0 < SUB_WINDOW_NS);
+    *steps_out = steps;
+    return t1;
+}
+
+/* A sub-window of blocks of k loads (one chain), each block's ns into stage,
+ * from t0 until SUB_WINDOW_NS have passed or the stage is full: its end. The
+ * clock read that ends a block starts the next, as in chase.c. */
+static uint64_t timed_window(uintptr_t *p, unsigned k, uint64_t t0, uint32_t *stage,
+                             unsigned *nblocks)
+{
+    uintptr_t q = p[0];
+    uint64_t t1 = t0;
+    unsigned n = 0;
+    do {
+        for (unsigned j = 0; j < k; j++)
+            q = *(const uintptr_t *)q;
+        uint64_t t = cb_now_ns();
+        uint64_t d = t - t1;
+        stage[n++] = (uint32_t)(d < UINT32_MAX ? d : UINT32_MAX);
+        t1 = t;
+    } while (t1 - t0 < SUB_WINDOW_NS && n < STAGE_BLOCKS);
+    p[0] = q;
+    *nblocks = n;
+    return t1;
+}
+
 static void *chase_worker(void *arg)
 {
     struct loaded_ctx *x = arg;
     if (!wait_gate(x))
         return NULL;
+    uint32_t stage[STAGE_BLOCKS];
     uintptr_t p[MAX_HEADS];
     for (size_t c = 0; c < x->nheads; c++)
         p[c] = x->heads[c];
@@ -143,17 +253,19 @@ static void *chase_worker(void *arg)
         chase_chunk(p, x->nheads, CHASE_CHUNK);
 
     struct cb_loaded_result *r = &x->result;
+    r->k = x->k;
+    r->overhead_ns = x->k ? cb_block_overhead_ns() : 0;
     const uint64_t limit = x->limit_ns, need_load_cpu = SHARE_PCT * x->nload;
     uint64_t begin = cb_now_ns();
     uint64_t c0 = cb_thread_cpu_ns(), l0 = load_cpu(x), n0 = load_lines(x);
     uint64_t tn0 = cb_now_ns(), t0 = tn0;
     while (r->chase_ns < x->duration_ns && t0 - begin < limit) {
-        uint64_t steps = 0, t1;
-        do {
-            chase_chunk(p, x->nheads, CHASE_CHUNK);
-            steps += CHASE_CHUNK;
-            t1 = cb_now_ns();
-        } while (t1 - t0 < SUB_WINDOW_NS);
+        uint64_t steps, t1;
+        unsigned nb = 0;
+        if (x->k)
+            t1 = timed_window(p, x->k, t0, stage, &nb), steps = (uint64_t)nb * x->k;
+        else
+            t1 = untimed_window(p, x->nheads, t0, &steps);
         uint64_t n1 = load_lines(x), tn1 = cb_now_ns();
         uint64_t c1 = cb_thread_cpu_ns(), l1 = load_cpu(x);
         uint64_t wall = t1 - t0, lwall = tn1 - tn0;
@@ -172,6 +284,8 @@ static void *chase_worker(void *arg)
             r->chase_steps += steps;
             r->load_ns += lwall;
             r->load_lines += n1 - n0;
+            for (unsigned i = 0; i < nb; i++)
+                cb_hist_add(&r->hist, stage[i]);
         }
         c0 = c1;
         l0 = l1;
@@ -192,8 +306,10 @@ static void *chase_worker(void *arg)
 int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct cb_line_op *op,
               uintptr_t load_buf, size_t load_bytes, const int *load_cpus, size_t nload,
               uint64_t delay, uint64_t warmup_ns, uint64_t duration_ns, uint64_t limit_ns,
-              struct cb_loaded_result *out)
+              unsigned k, struct cb_loaded_result *out)
 {
+    if (k && nheads != 1)
+        return EINVAL;
     if (nheads == 0 || nheads > MAX_HEADS || chase_cpu < 0 || chase_cpu >= CPU_SETSIZE)
         return EINVAL;
     int err = cb_line_op_check(op);
@@ -210,7 +326,7 @@ int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct
     struct loaded_ctx x = {
         .op = op, .delay = delay, .warmup_ns = warmup_ns, .duration_ns = duration_ns,
         .limit_ns = limit_ns > duration_ns ? limit_ns : duration_ns,
-        .heads = heads, .nheads = nheads, .nload = nload,
+        .heads = heads, .nheads = nheads, .nload = nload, .k = k,
     };
     if (nload) {
         x.load = aligned_alloc(64, nload * sizeof *x.load);

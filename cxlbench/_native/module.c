@@ -339,6 +339,71 @@ static PyObject *py_chase_init(PyObject *self, PyObject *args, PyObject *kw)
     return sizes_list((const size_t *)heads, chains);
 }
 
+/* A histogram as a dict: n, sum_ns, max_ns and buckets, a list of
+ * (lower_ns, width_ns, count) for the buckets that counted anything. */
+static PyObject *hist_dict(const struct cb_hist *h)
+{
+    PyObject *buckets = PyList_New(0);
+    if (!buckets)
+        return NULL;
+    for (size_t i = 0; i < CB_HIST_BUCKETS; i++) {
+        if (!h->counts[i])
+            continue;
+        PyObject *b = Py_BuildValue("(KKK)", (unsigned long long)cb_hist_lower(i),
+                                    (unsigned long long)cb_hist_width(i),
+                                    (unsigned long long)h->counts[i]);
+        if (!b || PyList_Append(buckets, b) < 0) {
+            Py_XDECREF(b);
+            Py_DECREF(buckets);
+            return NULL;
+        }
+        Py_DECREF(b);
+    }
+    return Py_BuildValue("{s:K,s:K,s:K,s:N}", "n", (unsigned long long)h->n,
+                         "sum_ns", (unsigned long long)h->sum_ns,
+                         "max_ns", (unsigned long long)h->max_ns, "buckets", buckets);
+}
+
+static PyObject *py_chase_dist(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"head", "k", "blocks", NULL};
+    uintptr_t head;
+    unsigned k;
+    unsigned long long blocks;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&IK:chase_dist", kwlist, conv_addr, &head,
+                                     &k, &blocks))
+        return NULL;
+    if (k == 0 || head == 0)
+        return PyErr_Format(PyExc_ValueError, "chase_dist: k >= 1 loads a block, a chain head");
+    struct cb_chase_dist *d = PyMem_Malloc(sizeof *d);   /* ~35 KB: not on the stack */
+    if (!d)
+        return PyErr_NoMemory();
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_chase_dist(head, k, blocks, d);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        PyMem_Free(d);
+        return OS_FAIL(err, "chase_dist: %s", strerror(err));
+    }
+    PyObject *out = Py_BuildValue("{s:N,s:K,s:K,s:d,s:I}", "kept", hist_dict(&d->kept),
+                                  "lost_blocks", (unsigned long long)d->lost_blocks,
+                                  "lost_ns", (unsigned long long)d->lost_ns,
+                                  "overhead_ns", d->overhead_ns, "k", k);
+    PyMem_Free(d);
+    return out;
+}
+
+static PyObject *py_hist_index(PyObject *self, PyObject *arg)
+{
+    unsigned long long ns = PyLong_AsUnsignedLongLong(arg);
+    if (ns == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    size_t i = cb_hist_index(ns);
+    return Py_BuildValue("(nKK)", (Py_ssize_t)i, (unsigned long long)cb_hist_lower(i),
+                         (unsigned long long)cb_hist_width(i));
+}
+
 static PyObject *py_chase_run(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"heads", "steps", NULL};
@@ -806,19 +871,20 @@ static PyObject *py_loaded_latency(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"heads", "chase_cpu", "load_addr", "load_length", "load_cpus",
                              "reads", "writes", "write_bytes", "rmw", "nt", "delay",
-                             "warmup_ns", "duration_ns", "limit_ns", NULL};
+                             "warmup_ns", "duration_ns", "limit_ns", "k", NULL};
     PyObject *heads_obj, *cpus_obj;
     int chase_cpu;
     uintptr_t load_addr;
     size_t load_length, ncpus;
     unsigned long long delay = 0, warmup_ns = 50000000ull, duration_ns = 200000000ull;
     unsigned long long limit_ns = 0;
+    unsigned k = 0;
     struct cb_line_op op = {.reads = 1, .writes = 0, .write_bytes = 64};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiO&O&O|IIIppKKKK:loaded_latency", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiO&O&O|IIIppKKKKI:loaded_latency", kwlist,
                                      &heads_obj, &chase_cpu, conv_addr, &load_addr, conv_size,
                                      &load_length, &cpus_obj, &op.reads, &op.writes,
                                      &op.write_bytes, &op.rmw, &op.nt, &delay, &warmup_ns,
-                                     &duration_ns, &limit_ns))
+                                     &duration_ns, &limit_ns, &k))
         return NULL;
     if (check_line_op(&op) < 0)
         return NULL;
@@ -829,6 +895,10 @@ static PyObject *py_loaded_latency(PyObject *self, PyObject *args, PyObject *kw)
     if (n < 1 || n > 64) {
         Py_DECREF(fast);
         return PyErr_Format(PyExc_ValueError, "heads: 1..64 chain heads, not %zd", n);
+    }
+    if (k && n != 1) {
+        Py_DECREF(fast);
+        return PyErr_Format(PyExc_ValueError, "k > 0 (a distribution) needs one chain, not %zd", n);
     }
     uintptr_t heads[64];
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -853,25 +923,37 @@ static PyObject *py_loaded_latency(PyObject *self, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_ValueError, "the load buffer must be 64-byte aligned, whole "
                             "lines, at least one line per load thread");
     }
-    struct cb_loaded_result r;
+    struct cb_loaded_result *rp = PyMem_Malloc(sizeof *rp);     /* ~35 KB: not on the stack */
+    if (!rp) {
+        PyMem_Free(cpus);
+        return PyErr_NoMemory();
+    }
     int err;
     Py_BEGIN_ALLOW_THREADS
     err = cb_loaded(heads, (size_t)n, chase_cpu, &op, load_addr, load_length, cpus, ncpus,
-                    delay, warmup_ns, duration_ns, limit_ns ? limit_ns : 5 * duration_ns, &r);
+                    delay, warmup_ns, duration_ns, limit_ns ? limit_ns : 5 * duration_ns, k, rp);
     Py_END_ALLOW_THREADS
     PyMem_Free(cpus);
-    if (err)
+    struct cb_loaded_result r = *rp;
+    PyObject *hist = err || !k ? (Py_INCREF(Py_None), Py_None) : hist_dict(&rp->hist);
+    PyMem_Free(rp);
+    if (!hist)
+        return NULL;
+    if (err) {
+        Py_DECREF(hist);
         return OS_FAIL(err, "loaded_latency with %zu load thread(s): %s (a CPU not allowed to "
                        "this process?)", ncpus, strerror(err));
+    }
 #define U(x) (unsigned long long)(x)
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:d,s:N}",
                          "chase_ns", U(r.chase_ns), "chase_steps", U(r.chase_steps),
                          "load_ns", U(r.load_ns), "load_lines", U(r.load_lines),
                          "load_bytes", r.load_bytes,
                          "all_chase_ns", U(r.all_chase_ns), "all_chase_steps", U(r.all_chase_steps),
                          "all_load_ns", U(r.all_load_ns), "all_load_lines", U(r.all_load_lines),
                          "chase_cpu_ns", U(r.chase_cpu_ns), "load_cpu_ns", U(r.load_cpu_ns),
-                         "windows", U(r.windows), "windows_kept", U(r.windows_kept));
+                         "windows", U(r.windows), "windows_kept", U(r.windows_kept),
+                         "k", r.k, "overhead_ns", r.overhead_ns, "hist", hist);
 #undef U
 }
 
@@ -957,6 +1039,14 @@ static PyMethodDef methods[] = {
      "chase_run(heads, steps) -> elapsed_ns\n"
      "Follow every chain from its head (as chase_init returns them) `steps` dependent\n"
      "loads each, in lockstep, GIL released. ns per dependent load = elapsed_ns / steps."},
+    {"chase_dist", KW py_chase_dist, METH_VARARGS | METH_KEYWORDS,
+     "chase_dist(head, k, blocks) -> dict\n"
+     "The chase from head timed in `blocks` blocks of k dependent loads, GIL released:\n"
+     "kept (a histogram: n, sum_ns, max_ns, buckets [(lower_ns, width_ns, count)]) of the\n"
+     "blocks in sub-windows the thread held its CPU, lost_blocks / lost_ns of the others,\n"
+     "overhead_ns (one block's clock cost, to subtract), k."},
+    {"hist_index", py_hist_index, METH_O,
+     "hist_index(ns) -> (index, lower_ns, width_ns): the histogram bucket ns counts in"},
     {"chase_order", KW py_chase_order, METH_VARARGS | METH_KEYWORDS,
      "chase_order(addr, head, max_steps, length=0) -> offsets\n"
      "Offsets from addr of the lines visited from head (a chase_init head) until the\n"
@@ -1025,14 +1115,16 @@ static PyMethodDef methods[] = {
     {"loaded_latency", KW py_loaded_latency, METH_VARARGS | METH_KEYWORDS,
      "loaded_latency(heads, chase_cpu, load_addr, load_length, load_cpus, reads=1, writes=0,\n"
      "               write_bytes=64, rmw=False, nt=False, delay=0, warmup_ns=5e7,\n"
-     "               duration_ns=2e8, limit_ns=5*duration_ns) -> dict\n"
+     "               duration_ns=2e8, limit_ns=5*duration_ns, k=0) -> dict\n"
      "MLC's loaded latency: a thread on chase_cpu chases from heads while one thread per\n"
      "load_cpus entry loops the line op over its slice of the load buffer, waiting `delay`\n"
      "empty-loop iterations after each line. Timed in ~250 us sub-windows, kept when\n"
      "every thread had >= 95% of its CPU, until duration_ns are kept or limit_ns pass. Returns, over kept sub-windows, chase_ns, chase_steps\n"
      "(ns per load = chase_ns / chase_steps), load_ns, load_lines, load_bytes; over all of\n"
      "them all_chase_ns, all_chase_steps, all_load_ns, all_load_lines, chase_cpu_ns,\n"
-     "load_cpu_ns (summed); windows, windows_kept. load_cpus=[]: the idle point."},
+     "load_cpu_ns (summed); windows, windows_kept. load_cpus=[]: the idle point.\n"
+     "k > 0 (one head): the chase timed in blocks of k loads; hist (as chase_dist's kept)\n"
+     "of the kept blocks, overhead_ns the clock's cost per block (in chase_ns); else None."},
     {"delay_ns_per_unit", py_delay_ns_per_unit, METH_NOARGS,
      "delay_ns_per_unit() -> ns one unit of loaded_latency's delay takes here"},
     {"move_pages", KW py_move_pages, METH_VARARGS | METH_KEYWORDS,

@@ -91,6 +91,41 @@ uint64_t cb_chase_run(const uintptr_t *heads, size_t nheads, uint64_t steps);
 int cb_chase_order(uintptr_t base, size_t length, uintptr_t head, size_t max_steps,
                    size_t *offsets_out, size_t *count_out);
 
+/* ---- the chase's distribution (chase.c) --------------------------------- */
+
+/* A log-linear histogram of durations in ns, HdrHistogram's layout: values
+ * below 2^(CB_HIST_SUB_BITS + 1) have a bucket each; above, every power of two
+ * is cut into 2^CB_HIST_SUB_BITS equal buckets, so no bucket is wider than
+ * 1/128 of the values in it. Values from 2^CB_HIST_TOP_BITS ns (18 min) up
+ * count in the last bucket. Fixed size: recording is an index and an add. */
+#define CB_HIST_SUB_BITS 7
+#define CB_HIST_TOP_BITS 40
+#define CB_HIST_BUCKETS ((CB_HIST_TOP_BITS - CB_HIST_SUB_BITS + 1) << CB_HIST_SUB_BITS)
+struct cb_hist {
+    uint64_t counts[CB_HIST_BUCKETS];
+    uint64_t n, sum_ns, max_ns;       /* values recorded, their exact sum and largest */
+};
+size_t cb_hist_index(uint64_t ns);
+uint64_t cb_hist_lower(size_t index);   /* a bucket holds [lower, lower + width) */
+uint64_t cb_hist_width(size_t index);
+void cb_hist_add(struct cb_hist *h, uint64_t ns);
+
+/* The chase timed in blocks of k dependent loads: `blocks` blocks from head
+ * (one chain), each block's ns counted into `kept` — or, for blocks in a
+ * sub-window of 64 blocks during which the thread held its CPU less than 95%
+ * of the time (thread CPU clock), into lost_blocks / lost_ns instead. A
+ * block's time includes one clock read; overhead_ns is that cost, measured
+ * first by the same loop with k = 0, for the caller to subtract. */
+struct cb_chase_dist {
+    struct cb_hist kept;
+    uint64_t lost_blocks, lost_ns;
+    double overhead_ns;
+};
+int cb_chase_dist(uintptr_t head, unsigned k, uint64_t blocks, struct cb_chase_dist *out);
+/* One block's clock cost, ns: blocks of no load timed as cb_chase_dist times
+ * blocks (the median of 32 sub-windows' means, so an interrupt does not count). */
+double cb_block_overhead_ns(void);
+
 /* ---- stream.c: streaming kernels on double arrays ---------------------- */
 
 enum cb_kernel { CB_READ, CB_WRITE, CB_COPY, CB_SCALE, CB_ADD, CB_TRIAD, CB_NKERNELS };
@@ -157,7 +192,10 @@ int cb_lines(const struct cb_line_op *op, uintptr_t buf, size_t bytes, const int
  * had at least 95% of it on their CPUs (thread CPU clocks), so time another
  * process ran on them never counts; the chase goes on until duration_ns of
  * kept sub-windows or limit_ns in all. nload 0: the idle point, through the
- * same code. */
+ * same code. k > 0 (one head only): the chase is timed in blocks of k loads
+ * (as cb_chase_dist), the kept sub-windows' blocks counted into hist, and
+ * chase_ns includes one clock read per block (overhead_ns each, measured
+ * first); k 0: untimed runs of 256 steps, no histogram. */
 struct cb_loaded_result {
     uint64_t chase_ns, chase_steps;   /* kept: ns per dependent load = chase_ns / chase_steps */
     uint64_t load_ns, load_lines;     /* kept: lines the load threads did in load_ns */
@@ -165,11 +203,14 @@ struct cb_loaded_result {
     uint64_t all_chase_ns, all_chase_steps, all_load_ns, all_load_lines;   /* every sub-window */
     uint64_t chase_cpu_ns, load_cpu_ns;   /* CPU time over every sub-window (load: summed) */
     uint64_t windows, windows_kept;
+    unsigned k;
+    double overhead_ns;
+    struct cb_hist hist;              /* k > 0: kept blocks by their ns */
 };
 int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct cb_line_op *op,
               uintptr_t load_buf, size_t load_bytes, const int *load_cpus, size_t nload,
               uint64_t delay, uint64_t warmup_ns, uint64_t duration_ns, uint64_t limit_ns,
-              struct cb_loaded_result *out);
+              unsigned k, struct cb_loaded_result *out);
 /* ns one unit of the injection delay takes on the calling thread's CPU. */
 double cb_delay_ns_per_unit(void);
 

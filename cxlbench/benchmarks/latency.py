@@ -1,5 +1,10 @@
 """Pointer-chase latency: ns per dependent load, working set × page size × pattern.
 
+With one chain the timed run is the chase in blocks of a few loads
+(benchmarks.tails): the same loop gives the mean (latency_ns) and the
+distribution (p50 … p99.99 and max ns per load, the histogram in the run's
+histograms.parquet), and the L1 floor is measured beside it.
+
 Each repetition is an independent trial: a fresh buffer on the target node
 (new physical pages) and a fresh random cycle (new seed). Run-to-run spread in
 memory latency comes mostly from where the pages land, so trials inside one
@@ -11,6 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
+from cxlbench.benchmarks import tails
 from cxlbench.benchmarks.base import Env, Headline, Planned, Show, cpu_held, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, resolve_sizes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
@@ -25,6 +31,8 @@ DRIFT = {"latency_ns": "chase", "ns_per_load": "chase"}
 METRICS = metrics(
     Metric("latency_ns", "ns", "lower"),
     Metric("ns_per_load", "ns", "lower"),      # with N chains: elapsed / (steps x chains)
+    *tails.TAIL_METRICS,                       # one chain: the distribution (benchmarks.tails)
+    *tails.FLOOR_METRICS,                      # ... and the L1 floor beside it
 )
 SHOW = Show(
     "Latency", "Pointer-chase latency in ns per dependent load over the working set (log₂ axis); "
@@ -33,7 +41,13 @@ SHOW = Show(
     x="working_set_bytes", facets=("pattern",),
     headlines=(Headline("latency, {working_set_bytes} working set, {page} pages", "latency_ns",
                         column="idle latency", where={"pattern": "random", "chains": 1}, per=("page",),
-                        pick="largest:working_set_bytes", digits=1),))
+                        pick="largest:working_set_bytes", digits=1),
+               # the distribution of the same loop, and the machine's floor beside its tail
+               *(Headline(f"{name}, {{working_set_bytes}} working set, {{page}} pages", metric, column=name,
+                          where={"pattern": "random", "chains": 1}, per=("page",),
+                          pick="largest:working_set_bytes", digits=1)
+                 for name, metric in (("p50", "p50_ns"), ("p99", "p99_ns"), ("p99.9", "p99_9_ns"),
+                                      ("floor p99.9", "floor_p99_9_ns")))))
 
 
 @dataclass(kw_only=True)
@@ -78,23 +92,29 @@ def _cannot(params: dict, tier, env: Env) -> str | None:
 
 
 def _estimate(params: dict, spec: Spec) -> float:
-    """Seconds: timed samples plus building the chain (~0.2 µs per line here)."""
+    """Seconds: timed samples plus building the chain (~0.2 µs per line here); with
+    one chain the floor's quarter more."""
     lines = params["working_set_bytes"] // LINE
-    per_trial = (spec.warmup + 1) * spec.min_sample_s + lines * 2e-7
+    timed = 1 + (1 / tails.FLOOR_SHARE if params.get("chains", 1) == 1 else 0)
+    per_trial = (spec.warmup + timed) * spec.min_sample_s + lines * 2e-7
     return 0.3 + spec.repetitions * per_trial
 
 
 def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     p = case.params
-    return chase(case, env, info, LINE, p.get("window_bytes", 0), p["chains"])
+    return chase(case, env, info, LINE, p.get("window_bytes", 0), p["chains"],
+                 distribution=p["chains"] == 1)
 
 
 def chase(case: Case, env: Env, info: dict, line_bytes: int, window_bytes: int = 0,
-          chains: int = 1) -> list[Sample]:
+          chains: int = 1, distribution: bool = False) -> list[Sample]:
     """Each repetition: a fresh buffer of the case's working_set_bytes on its tier
     and page size, a fresh random cycle over lines `line_bytes` apart (random within
     windows of `window_bytes` when set), calibrated, warmed and timed on the
-    initiator's first CPU; one latency_ns sample (and ns_per_load with chains)."""
+    initiator's first CPU; one latency_ns sample (and ns_per_load with chains).
+    distribution (one chain): the timed run is the chase in blocks (tails), the
+    mean figure its wall clock over every block less the clock's cost, the tail
+    metrics its kept blocks', beside the L1 floor; the histograms go to info."""
     from cxlbench import _native
 
     initiator = env.initiator(case.initiator)
@@ -110,14 +130,34 @@ def chase(case: Case, env: Env, info: dict, line_bytes: int, window_bytes: int =
             heads = _native.chase_init(buf.addr, p["working_set_bytes"], line_bytes, window_bytes,
                                        chains, case.seed(rep))
             steps = _calibrate(heads, min_s, warmup=case.warmup)
-            elapsed_ns, held = cpu_held(1, _native.chase_run, heads, steps)
+            if distribution:
+                (mean_ns, dist), held = cpu_held(1, tails.timed_distribution, heads[0], steps)
+            else:
+                elapsed_ns, held = cpu_held(1, _native.chase_run, heads, steps)
+                mean_ns = elapsed_ns / steps
             found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,
                      "steps": steps, "cpu_held": round(held, 4)}
-        samples.append(Sample("latency_ns", elapsed_ns / steps, rep, found))
+        samples.append(Sample("latency_ns", mean_ns, rep, found))
         if chains > 1:                # memory-level parallelism: loads in flight together
-            samples.append(Sample("ns_per_load", elapsed_ns / (steps * chains), rep, found))
+            samples.append(Sample("ns_per_load", mean_ns / chains, rep, found))
+        if distribution:
+            samples += _tails(dist, mean_ns, tier.node, rep, found, info, seed=case.seed(rep))
     info["cpu"] = initiator.cpus[0]
     return samples
+
+
+def _tails(dist: tails.Distribution, mean_ns: float, node: int, rep: int, found: dict,
+           info: dict, *, seed: int) -> list[Sample]:
+    """The tail metrics of one repetition with its L1 floor; the histograms and the
+    check of the distribution's mean against the mean figure go to info."""
+    with place(tails.FLOOR_BYTES, node, "4k") as fbuf:
+        floor = tails.floor_distribution(fbuf.addr, dist, mean_ns, seed)
+    info.setdefault(tails.HISTOGRAMS, []).extend([dist.record(rep, "chase"), floor.record(rep, "floor")])
+    info.setdefault("distribution", []).append({
+        "repetition": rep, "k": dist.k, "timer_overhead_ns": round(dist.overhead_ns, 2),
+        "mean_ns": round(dist.mean_ns(), 3), "mean_vs_latency": round(dist.mean_ns() / mean_ns - 1, 4),
+        "blocks": dist.n, "lost_blocks": dist.lost_blocks, "floor": floor.extra})
+    return tails.samples(rep, found, dist, floor)
 
 
 def _calibrate(heads: list[int], min_s: float, warmup: int) -> int:

@@ -11,7 +11,10 @@ Both figures of a point come from the same ~1 ms sub-windows, kept only when
 every thread had its CPU (see cxlbench/_native/loaded.c): `latency_ns` (ns per
 dependent load) and `bandwidth_GBps` (what the load threads moved, counted as
 STREAM counts: no write-allocate). The idle point is `load_threads` 0 (no load
-thread, same code path), at bandwidth 0.
+thread, same code path), at bandwidth 0. The chase is timed in blocks of
+tails.K_MIN loads, so every point also has its distribution (p50 … p99.99, max;
+benchmarks.tails) and a histogram in the run's histograms.parquet; latency_ns
+is that loop's mean less the clock's cost per block.
 
 Each repetition is an independent trial: fresh buffers, a fresh random cycle,
 every delay in turn. `delay` and `load_threads` are sample-level axes.
@@ -21,13 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from cxlbench.benchmarks import tails
 from cxlbench.benchmarks.base import Env, Planned, Show, as_list, host_pairs, metrics, place, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes
 from cxlbench.benchmarks.spec import Delays, Mix, Size, Spec as BaseSpec, Threads
 from cxlbench.results.schema import Case, Metric, Sample
 
 NAME = "loaded_latency"
-METRICS = metrics(Metric("latency_ns", "ns", "lower"), Metric("bandwidth_GBps", "GB/s", "higher"))
+METRICS = metrics(Metric("latency_ns", "ns", "lower"), Metric("bandwidth_GBps", "GB/s", "higher"),
+                  *tails.TAIL_METRICS)
 SHOW = Show("Loaded latency", "Pointer-chase latency while load threads stream to the same tier at "
             "decreasing injection delays: latency against the bandwidth achieved.",
             facets=("mix",), pair=("bandwidth_GBps", "latency_ns"))
@@ -170,15 +175,17 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
         with chase, load:
             found = {"page_bytes": min(chase.page_bytes_found, load.page_bytes_found),
                      "huge_coverage": min(chase.huge_coverage, load.huge_coverage)}
-            samples += curve(chase, load, cpus, p, rep, found, env, info, seed=case.seed(rep))
+            samples += curve(chase, load, cpus, p, rep, found, env, info, seed=case.seed(rep),
+                             tails_too=True)
     return samples
 
 
 def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env,
-          info: dict, extra: dict | None = None, *, seed: int) -> list[Sample]:
+          info: dict, extra: dict | None = None, *, seed: int, tails_too: bool = False) -> list[Sample]:
     """One repetition's points — idle, then every delay — on buffers already placed
     (any object with addr and length: a HostBuffer, an interleaved buffer); seed: the
-    chase's cycle (Case.seed(rep), distinct across processes)."""
+    chase's cycle (Case.seed(rep), distinct across processes). tails_too: each point's
+    tail metrics and histogram as well (a family that declares tails.TAIL_METRICS)."""
     from cxlbench import _native
     reads, writes = parse_mix(p["mix"])
     chase_cpu, load_cpus = cpus[0], list(cpus[1:1 + p["load_threads"]])
@@ -194,20 +201,28 @@ def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env
     for delay, threads in points:
         r = _native.loaded_latency(heads, chase_cpu, load.addr, load.length, threads,
                                    delay=delay, warmup_ns=WARMUP_NS, duration_ns=duration_ns,
-                                   limit_ns=LIMIT * duration_ns, **op)
+                                   limit_ns=LIMIT * duration_ns, k=tails.K_MIN, **op)
         kept = r["chase_ns"] / duration_ns
         label = "idle" if not threads else str(delay)
         info["kept_fraction"][label] = round(min(kept, info["kept_fraction"].get(label, 9.9)), 3)
         # the plain wall-clock figure over every sub-window, for comparison
+        all_clock_ns = r["overhead_ns"] * r["all_chase_steps"] / r["k"]
         info.setdefault("wall_clock_latency_ns", {}).setdefault(label, []).append(
-            round(r["all_chase_ns"] / max(r["all_chase_steps"], 1), 2))
+            round((r["all_chase_ns"] - all_clock_ns) / max(r["all_chase_steps"], 1), 2))
+        info.setdefault("timer_overhead_ns", {}).setdefault(label, []).append(
+            round(r["overhead_ns"], 2))
         if kept < MIN_KEPT or r["chase_steps"] == 0:
             info.setdefault("warnings", []).append(
                 f"repetition {rep}, delay {label}: only {r['windows_kept']} of {r['windows']} "
                 f"sub-windows had every thread on its CPU (the machine is busy); point dropped")
             continue
         where = {**found, **(extra or {}), "delay": delay, "load_threads": len(threads)}
-        out.append(Sample("latency_ns", r["chase_ns"] / r["chase_steps"], rep, where))
+        dist = tails.Distribution.from_hist(r["hist"], r["k"], r["overhead_ns"])
+        clock_ns = r["overhead_ns"] * r["chase_steps"] / r["k"]     # one clock read a block
+        out.append(Sample("latency_ns", (r["chase_ns"] - clock_ns) / r["chase_steps"], rep, where))
+        if tails_too:
+            out += tails.samples(rep, where, dist, None)
+            info.setdefault(tails.HISTOGRAMS, []).append(dist.record(rep, "chase", label))
         bw = r["load_bytes"] / r["load_ns"] if threads and r["load_ns"] else 0.0
         out.append(Sample("bandwidth_GBps", bw, rep, where))
     return out

@@ -25,7 +25,7 @@ from cxlbench import units
 from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.held import by_point
 from cxlbench.analysis.reduction import points, repetitions
-from cxlbench.report import build, drift as drift_section, step_breakdown
+from cxlbench.report import build, distributions, drift as drift_section, step_breakdown
 from cxlbench.results.store import Run, atomic_write, safe_name
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -56,6 +56,7 @@ def run_context(run: Run) -> dict[str, Any]:
         tiers += sorted(set(pts["target"]) - set(tiers))
     maker = build.ChartMaker("r", sorted(tiers, key=units.tier_order))
     marks = build.caches(meta)
+    hists = distributions.run_histograms(run.path)
     families = []
     held = by_point(reps)            # a figure from a shared CPU is marked (analysis.held)
     if not pts.empty:
@@ -68,8 +69,9 @@ def run_context(run: Run) -> dict[str, Any]:
                                  **drift_section.section(run.samples, meta, maker)})
                 continue
             allowed = build.requested_params([meta], bench, pts.attrs.get("axes", []))
+            lead = distributions.latency_cdfs(hists, maker) if bench == "latency" else []
             families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,
-                             "description": show["description"],
+                             "description": show["description"], "lead_charts": lead,
                              "charts": build.family_charts(fam, show, marks, maker, allowed=allowed),
                              **(step_breakdown.section(run.samples, maker) if bench == "training" else {}),
                              "tables": build.points_tables(fam, allowed, held),

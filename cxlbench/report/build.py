@@ -367,6 +367,10 @@ def look(metas: Iterable[dict], benchmark: str) -> dict[str, Any]:
             "x": None, "facets": [], "pair": None}
 
 
+#: A paired family (loaded latency) that also records this metric gets its curve too.
+TAIL_CURVE = "p99_ns"
+
+
 def family_charts(fam: pd.DataFrame, show: dict[str, Any], meta_caches: list[tuple[float, str]],
                   maker: ChartMaker, color_by: str = "target", facet_by: Iterable[str] = (),
                   names: dict | None = None, allowed: Iterable[str] | None = None) -> list[dict[str, str]]:
@@ -379,6 +383,9 @@ def family_charts(fam: pd.DataFrame, show: dict[str, Any], meta_caches: list[tup
     metrics = list(dict.fromkeys(fam["metric"]))
     if show.get("pair") and set(show["pair"]) <= set(metrics):
         out += _paired_charts(fam, show, maker, color_by, facet_by, names, allowed)
+        if TAIL_CURVE in metrics and show["pair"][1] != TAIL_CURVE:     # the tail's curve beside the mean's
+            out += _paired_charts(fam, {**show, "pair": (show["pair"][0], TAIL_CURVE)}, maker,
+                                  color_by, facet_by, names, allowed)
         metrics = []
     for metric in metrics:
         mp = fam[fam["metric"] == metric]
@@ -483,7 +490,17 @@ def _wide(xs: list[float]) -> bool:
 def metric_title(metric: str) -> str:
     return {"latency_ns": "latency", "bandwidth_GBps": "bandwidth", "iops": "IOPS",
             "tokens_per_s": "tokens/s", "step_time_s": "step time", "params_per_s": "params/s",
-            "tflops": "TFLOP/s", "mfu": "MFU"}.get(metric, metric.replace("_", " "))
+            "tflops": "TFLOP/s", "mfu": "MFU"}.get(metric, _percentile_title(metric))
+
+
+def _percentile_title(metric: str) -> str:
+    """p99_9_ns -> "p99.9", floor_p99_ns -> "floor p99": the tail metrics' names read
+    as percentiles; any other metric its name with spaces."""
+    m = re.fullmatch(r"(floor_)?p(\d+)(?:_(\d+))?_ns", metric)
+    if not m:
+        return metric.replace("_", " ")
+    pct = m.group(2) + (f".{m.group(3)}" if m.group(3) else "")
+    return ("floor " if m.group(1) else "") + "p" + pct
 
 
 def _paired_charts(fam, show, maker, color_by, facet_by, names, allowed=None) -> list[dict[str, str]]:

@@ -1,6 +1,12 @@
 """Runs on disk: results/<machine>/<run_id>/{run.json, samples.parquet}, or, with a
 named hardware configuration, results/<configuration>/<machine>/<run_id>/.
 
+Beside them, histograms.parquet: the side table of latency distributions (one
+row per histogram bucket: the case, repetition, kind "chase" or "floor", the
+curve's point, k loads a block, the clock's cost a block, lower_ns, width_ns,
+count), from what a family leaves in its info under "histograms"; run.json does
+not keep them. `load_histograms` reads it.
+
 Written incrementally and atomically: each finished case lands as its own
 parquet part (write to a temporary name, then rename) and run.json is
 rewritten the same way, so a crash or Ctrl-C at any moment leaves a run that
@@ -33,6 +39,10 @@ from cxlbench.results.schema import (COMPLETE, CORE_COLUMNS, PARTIAL, RUNNING, S
                                      CaseResult, sample_rows)
 
 RUN_JSON, SAMPLES, PARTS = "run.json", "samples.parquet", "parts"
+HISTOGRAMS, HIST_PARTS = "histograms.parquet", "histogram-parts"
+HIST_KEY = "histograms"        # where a family's info holds them (benchmarks.tails.HISTOGRAMS)
+HIST_COLUMNS = ["run_id", "case_id", "benchmark", "initiator", "target", "tier_kind", "repetition",
+                "kind", "point", "k", "overhead_ns", "lower_ns", "width_ns", "count"]
 
 
 
@@ -100,6 +110,7 @@ class RunWriter:
             root = root / safe_name(configuration)
         self.path = root / safe_name(machine_name) / self.run_id
         (self.path / PARTS).mkdir(parents=True, exist_ok=False)
+        self._hist_parts = 0
         self.meta = {"schema_version": SCHEMA_VERSION, **meta, "run_id": self.run_id,
                      "status": RUNNING, "started": now_iso(), "ended": None,
                      "pid": os.getpid(), "cases": []}
@@ -129,7 +140,21 @@ class RunWriter:
             name = f"{PARTS}/{self._parts:06d}.parquet"
             _write_parquet(self.path / name, _tidy(pd.DataFrame(rows)))
             self._publish(name)
+        self._add_histograms(measured)
         self.record(result)
+
+    def _add_histograms(self, measured: CaseResult) -> None:
+        """The histograms the measuring process left in its info, as a part of the
+        side table (taken out of the info: run.json does not keep them)."""
+        hists = measured.info.pop(HIST_KEY, None)
+        if not hists:
+            return
+        rows = histogram_rows(self.run_id, measured, hists)
+        (self.path / HIST_PARTS).mkdir(exist_ok=True)
+        self._hist_parts += 1
+        name = f"{HIST_PARTS}/{self._hist_parts:06d}.parquet"
+        _write_parquet(self.path / name, pd.DataFrame(rows))
+        self._publish(name)
 
     def record(self, result: CaseResult) -> None:
         """The case's entry in run.json (its status, reason, findings), no samples."""
@@ -138,7 +163,8 @@ class RunWriter:
             "case_id": c.case_id, "benchmark": c.benchmark, "initiator": c.initiator,
             "target": c.target, "tier_kind": c.tier_kind, "params": c.params,
             "status": result.status, "reason": result.reason, "seconds": round(result.seconds, 3),
-            "samples": len(result.samples), "info": result.info,
+            "samples": len(result.samples),
+            "info": {k: v for k, v in result.info.items() if k != HIST_KEY},
         }
         cases = self.meta["cases"]
         at = next((i for i, e in enumerate(cases) if e["case_id"] == c.case_id), None)
@@ -169,9 +195,39 @@ class RunWriter:
             part.unlink()
             self._withdraw(f"{PARTS}/{part.name}")
         (self.path / PARTS).rmdir()
+        self._finish_histograms()
         self.meta.update(status=status, ended=now_iso())
         self._save_meta()
         return self.path
+
+
+    def _finish_histograms(self) -> None:
+        parts = sorted((self.path / HIST_PARTS).glob("*.parquet"))
+        if not parts:
+            return
+        _write_parquet(self.path / HISTOGRAMS, pd.concat([pd.read_parquet(p) for p in parts],
+                                                         ignore_index=True))
+        self._publish(HISTOGRAMS)
+        for part in parts:
+            part.unlink()
+            self._withdraw(f"{HIST_PARTS}/{part.name}")
+        (self.path / HIST_PARTS).rmdir()
+
+
+def histogram_rows(run_id: str, result: CaseResult, hists: list[dict]) -> list[dict[str, Any]]:
+    """One row per bucket; repetitions numbered as the run numbers them (a worker
+    numbers its own from 0), the case's parameters as columns as in the samples."""
+    case = result.case
+    first = case.first_repetition
+    rows = []
+    for h in hists:
+        head = {"run_id": run_id, "case_id": case.case_id, "benchmark": case.benchmark,
+                "initiator": case.initiator, "target": case.target, "tier_kind": case.tier_kind,
+                "repetition": h["repetition"] + first, "kind": h["kind"], "point": h.get("point", ""),
+                "k": h["k"], "overhead_ns": h["overhead_ns"]}
+        for lo, w, c in zip(h["lower_ns"], h["width_ns"], h["count"]):
+            rows.append({**head, "lower_ns": lo, "width_ns": w, "count": c, **case.params})
+    return rows
 
 
 class StoreWriter(RunWriter):
@@ -401,3 +457,33 @@ def configuration_of(meta: dict[str, Any]) -> str:
 
 def _tagged(run: Run) -> pd.DataFrame:
     return run.samples.assign(machine=machine_of(run.meta), configuration=configuration_of(run.meta))
+
+
+def load_histograms(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
+    """The latency histograms of every run at or below the given folders, one row per
+    bucket (HIST_COLUMNS, then the case's parameters), with machine and configuration
+    as `load` adds them. A bucket holds the blocks of k loads that took [lower_ns,
+    lower_ns + width_ns) ns; ns per load = (ns - overhead_ns) / k. Runs without
+    distributions add no rows."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    frames = []
+    for p in paths:
+        for r in find_runs(p):
+            if location.is_url(r):
+                raise ResultsError(f"{r}: histograms are read from a local copy of the run")
+            frame = _run_histograms(Path(r))
+            if frame is not None:
+                meta = _read_meta(Path(r))
+                frames.append(frame.assign(machine=machine_of(meta),
+                                           configuration=configuration_of(meta)))
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in HIST_COLUMNS})
+    return pd.concat(frames, ignore_index=True)
+
+
+def _run_histograms(run_dir: Path) -> pd.DataFrame | None:
+    if (run_dir / HISTOGRAMS).exists():
+        return pd.read_parquet(run_dir / HISTOGRAMS)
+    parts = sorted((run_dir / HIST_PARTS).glob("*.parquet"))      # a run still going, or cut short
+    return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else None

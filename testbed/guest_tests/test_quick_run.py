@@ -58,3 +58,19 @@ def test_every_initiator_target_pair_has_latency_and_bandwidth(quick_run, machin
                     missing.append(f"{benchmark} {initiator} -> {target}: {list(rows.value)}")
     assert not missing, "\n".join(missing)
     assert set(df[df.target.str.startswith("cxl")].tier_kind) <= {"cxl"}
+
+
+def test_every_host_tier_shows_its_latency_distribution(quick_run, tiers):
+    """The chase's distribution end to end on the guest's CXL node (TCG: the code
+    path, not the figures): tail metrics in the samples, histograms in the side table."""
+    import cxlbench
+    _, runs = quick_run
+    assert runs, "no run stored"
+    df = cxlbench.load(runs[0])
+    hists = cxlbench.histograms(runs[0])
+    tails = ["p50_ns", "p90_ns", "p99_ns", "p99_9_ns", "p99_99_ns", "max_ns", "floor_p99_9_ns"]
+    for target in [t for t in tiers if t.startswith(("ddr", "cxl"))]:
+        lat = df[(df.benchmark == "latency") & (df.target == target)]
+        assert set(tails) <= set(lat.metric), f"{target}: {sorted(set(lat.metric))}"
+        mine = hists[(hists.benchmark == "latency") & (hists.target == target)]
+        assert set(mine.kind) == {"chase", "floor"} and mine["count"].sum() > 0, target

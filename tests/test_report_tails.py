@@ -1,0 +1,75 @@
+"""The report's latency distributions: a CDF per tier and page size from the run's
+histograms, and p99 beside p50 in the tier summary."""
+import numpy as np
+import pytest
+
+from cxlbench.report import render_run_html
+from cxlbench.report.distributions import exceedance
+from cxlbench.results.store import load_run
+from tests.fakes.synthetic import case_result, machine, noisy, write_run
+
+import pandas as pd
+
+
+def hist(rep, kind, lower, counts, k=8, overhead=19.0):
+    return {"repetition": rep, "kind": kind, "point": "", "k": k, "overhead_ns": overhead,
+            "lower_ns": lower, "width_ns": [16] * len(lower), "count": counts}
+
+
+def tail_run(tmp_path, pages=("4k", "thp")):
+    rng = np.random.default_rng(3)
+    results = []
+    for page in pages:
+        params = {"working_set_bytes": 1 << 30, "page": page, "pattern": "random", "chains": 1,
+                  "line_bytes": 64}
+        r = case_result("latency", "ddr0", params, {
+            "latency_ns": noisy(rng, 140.0, 0.01, 3), "p50_ns": noisy(rng, 130.0, 0.01, 3),
+            "p99_ns": noisy(rng, 210.0, 0.01, 3), "floor_p99_9_ns": noisy(rng, 150.0, 0.01, 3)},
+            sample_params=lambda rep, i: {"page_bytes": 4096, "huge_coverage": 0.0})
+        r.info = {"histograms": [h for rep in range(3) for h in (
+            hist(rep, "chase", [1040, 1680, 8000], [900, 99, 1]),
+            hist(rep, "floor", [1040, 1200], [995, 5]))]}
+        results.append(r)
+    m, tiers = machine(cxl=False)
+    return write_run(tmp_path / "results", results, m=m, tiers=tiers, suite="tails")
+
+
+def test_the_latency_section_leads_with_a_cdf_per_tier_and_page_size(tmp_path):
+    html = render_run_html(load_run(tail_run(tmp_path)))
+    assert "Latency distribution · ddr0 · 4k pages · 1GiB" in html
+    assert "Latency distribution · ddr0 · thp pages · 1GiB" in html
+    assert html.count("L1 floor (same block length)") == 2
+    assert html.index("Latency distribution") < html.index("Latency · latency")
+
+
+def test_the_tier_summary_puts_p99_beside_p50(tmp_path):
+    html = render_run_html(load_run(tail_run(tmp_path, pages=("4k",))))
+    summary = html[html.index('id="summary"'):html.index('id="family-latency"')]
+    assert summary.index("p50 (ns)") < summary.index("p99 (ns)")
+
+
+def test_a_run_without_histograms_has_no_cdf(tmp_path):
+    path = tail_run(tmp_path)
+    (path / "histograms.parquet").unlink()
+    assert "Latency distribution" not in render_run_html(load_run(path))
+
+
+def test_the_tail_axis_is_the_share_of_blocks_slower_per_load():
+    h = pd.DataFrame(hist(0, "chase", [1040, 1680, 8000], [900, 99, 1]))
+    x, y = exceedance(h)
+    assert list(x) == [(1047.5 - 19) / 8, (1687.5 - 19) / 8]        # the slowest bucket: nothing above
+    assert list(y) == pytest.approx([0.1, 0.001])
+
+
+def test_loaded_latency_draws_its_p99_curve_beside_the_mean(tmp_path):
+    rng = np.random.default_rng(4)
+    results = []
+    for mix in ("read", "2:1"):
+        for delay, bw in ((0, 12.0), (200, 4.0)):
+            results.append(case_result("loaded_latency", "ddr0", {"mix": mix, "delay": delay}, {
+                "latency_ns": noisy(rng, 300.0, 0.01, 3), "bandwidth_GBps": noisy(rng, bw, 0.01, 3),
+                "p99_ns": noisy(rng, 500.0, 0.01, 3)}))
+    m, tiers = machine(cxl=False)
+    html = render_run_html(load_run(write_run(tmp_path / "results", results, m=m, tiers=tiers)))
+    assert "Loaded latency · p99 vs bandwidth" in html
+    assert "Loaded latency · latency vs bandwidth" in html

@@ -1,0 +1,142 @@
+"""The chase's distribution: the C histogram's layout, the timed blocks, the
+reduction to percentiles and the floor (cxlbench/benchmarks/tails.py).
+
+Behaviour only: no assertion depends on how fast anything ran.
+"""
+import os
+
+import pytest
+
+from cxlbench import _native
+from cxlbench.benchmarks import tails
+from cxlbench.benchmarks.tails import Distribution
+
+CPUS = sorted(os.sched_getaffinity(0))
+TOP = 1 << 40
+
+
+@pytest.fixture
+def chain():
+    """chain(bytes) -> the head of a random cycle over a fresh mapping's lines."""
+    maps = []
+
+    def make(length: int, seed: int = 5) -> int:
+        addr = _native.map_anonymous(length)
+        maps.append((addr, length))
+        return _native.chase_init(addr, length, 64, 0, 1, seed)[0]
+
+    yield make
+    for addr, length in maps:
+        _native.unmap(addr, length)
+
+
+# ---- the histogram's layout ------------------------------------------------------------
+
+def test_buckets_tile_every_duration_in_order_without_gaps():
+    v, expect = 0, 0
+    while v < TOP:
+        index, lower, width = _native.hist_index(v)
+        assert (index, lower) == (expect, v)
+        v, expect = lower + width, expect + 1
+    assert expect == _native.hist_index(TOP - 1)[0] + 1
+
+
+@pytest.mark.parametrize("ns", [0, 1, 255, 256, 257, 511, 512, 999, 2400, 123_456, 2**33 + 7])
+def test_a_duration_lands_in_a_bucket_no_wider_than_a_128th_of_it(ns):
+    _, lower, width = _native.hist_index(ns)
+    assert lower <= ns < lower + width
+    assert width == 1 or width <= lower / 128
+
+
+def test_durations_past_the_top_count_in_the_last_bucket():
+    assert _native.hist_index(TOP * 5)[0] == _native.hist_index(TOP - 1)[0]
+
+
+# ---- the timed blocks -------------------------------------------------------------------
+
+def test_every_block_is_counted_kept_or_lost(chain):
+    d = _native.chase_dist(chain(1 << 16), 16, 5000)
+    kept = d["kept"]
+    assert kept["n"] + d["lost_blocks"] == 5000
+    assert sum(c for _, _, c in kept["buckets"]) == kept["n"]
+    assert all(lo <= kept["max_ns"] for lo, _, _ in kept["buckets"])
+    assert d["overhead_ns"] > 0 and d["k"] == 16
+
+
+def test_a_distribution_needs_at_least_one_load_a_block(chain):
+    with pytest.raises(ValueError, match="k >= 1"):
+        _native.chase_dist(chain(4096), 0, 10)
+
+
+def test_the_histograms_mean_is_the_exact_mean_within_half_a_bucket(chain):
+    d = Distribution.from_native(_native.chase_dist(chain(1 << 20), 8, 20000))
+    exact = d.per_load(d.sum_ns / d.n)
+    assert d.mean_ns() == pytest.approx(exact, rel=1 / 256)
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: one chases, one loads")
+def test_loaded_latency_counts_its_kept_blocks_into_the_histogram(chain):
+    head = chain(1 << 16)
+    laddr = _native.map_anonymous(1 << 16)
+    try:
+        r = _native.loaded_latency([head], CPUS[0], laddr, 1 << 16, [CPUS[1]], delay=0,
+                                   duration_ns=20_000_000, warmup_ns=1_000_000, k=8)
+        plain = _native.loaded_latency([head], CPUS[0], laddr, 1 << 16, [CPUS[1]],
+                                       duration_ns=5_000_000, warmup_ns=1_000_000)
+    finally:
+        _native.unmap(laddr, 1 << 16)
+    assert r["k"] == 8 and r["overhead_ns"] > 0
+    assert r["hist"]["n"] * 8 == r["chase_steps"]        # kept sub-windows' blocks, no others
+    assert r["load_lines"] > 0
+    assert plain["hist"] is None and plain["k"] == 0
+
+
+def test_loaded_latency_times_blocks_of_one_chain_only(chain):
+    heads = [chain(4096, 1), chain(4096, 2)]
+    with pytest.raises(ValueError, match="one chain"):
+        _native.loaded_latency(heads, CPUS[0], 0, 0, [], k=8)
+
+
+# ---- percentiles, k and the floor -------------------------------------------------------
+
+def synthetic(k=8, overhead=0.0) -> Distribution:
+    """990 blocks of 800-803 ns and 10 of 8000-8063 ns (one slow load in 100 blocks)."""
+    return Distribution(k, overhead, [800, 8000], [4, 64], [990, 10], 1000,
+                        990 * 801 + 10 * 8040, 8060)
+
+
+def test_percentiles_are_nearest_rank_at_the_bucket_middle_per_load():
+    p = synthetic().percentiles()
+    assert p["p50_ns"] == p["p90_ns"] == p["p99_ns"] == pytest.approx(801.5 / 8)
+    assert p["p99_9_ns"] == p["p99_99_ns"] == pytest.approx((8000 + 31.5) / 8)
+    assert p["max_ns"] == pytest.approx(8060 / 8)
+
+
+def test_the_clocks_cost_comes_off_every_block_before_dividing_by_k():
+    p = synthetic(overhead=20).percentiles()
+    assert p["p50_ns"] == pytest.approx((801.5 - 20) / 8)
+    assert synthetic(overhead=20).mean_ns() == pytest.approx((990 * 801.5 + 10 * 8031.5) / 1000 / 8 - 2.5)
+
+
+def test_a_block_is_eight_loads_on_memory_and_longer_on_caches():
+    assert tails.block_loads(90.0) == tails.block_loads(400.0) == 8
+    assert tails.block_loads(1.4) == 358          # ceil(500 / 1.4): a block of >= 0.5 us
+    assert tails.block_loads(0.0) == 8
+
+
+def test_the_floor_puts_the_machines_spread_on_the_tiers_median():
+    tier = {"p50_ns": 300.0}
+    floor = Distribution(8, 0.0, [2400, 4000], [16, 32], [999, 1], 1000, 0, 4020)
+    f = tails.floor_metrics(tier, floor)
+    assert f["floor_p99_ns"] == pytest.approx(300.0)                          # no spread to p99
+    assert f["floor_p99_99_ns"] == pytest.approx(300 + (4015.5 - 2407.5) / 8)  # one slow block
+    assert tails.within_floor(299.0, f["floor_p99_ns"])
+    assert not tails.within_floor(301.0, f["floor_p99_ns"])
+
+
+def test_samples_carry_every_tail_metric_and_the_floors():
+    out = tails.samples(2, {"page_bytes": 4096}, synthetic(), synthetic())
+    names = {s.metric for s in out}
+    assert names == {m.name for m in tails.TAIL_METRICS + tails.FLOOR_METRICS}
+    assert {s.repetition for s in out} == {2}
+    assert all(s.params == {"page_bytes": 4096} for s in out)
