@@ -62,7 +62,6 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     dpu: dict | None = None           # the delayed update: warm-up, staleness, update threads
 
-
     @property
     def losses(self) -> list[float]:
         return [s.loss for s in self.warmup + self.steps]
