@@ -296,3 +296,27 @@ def test_the_device_checks_dpu_table_runs_the_same_path_on_the_cpu():
     assert len(rows) == 2, lines
     assert "| off |" in rows[0] and "| serial |" in rows[0]
     assert "| on (warm-up 2, staleness 1) |" in rows[1] and "| dpu-shared |" in rows[1]
+
+
+@pytest.mark.skipif(NODE0 is None, reason="no NUMA node 0")
+def test_a_failed_update_fails_the_case_rather_than_skipping_or_hanging_it(tmp_path, monkeypatch):
+    """measure() raises the update thread's error (the runner records the case as
+    failed, with its reason); it is no Skip, and the engine's thread is gone."""
+    from cxlbench.benchmarks import training
+    from cxlbench.benchmarks.base import Skip
+    from test_training import _env
+    real = HostAdamW.step
+
+    def failing(self, grads, on_chunk=None):
+        if threading.current_thread().name.startswith("dpu-update"):
+            raise OSError("the optimizer's tier went away")
+        return real(self, grads, on_chunk)
+    monkeypatch.setattr(HostAdamW, "step", failing)
+    env = _env(tmp_path, gpu=False)
+    table = {"name": "training", "mode": "train", "config": ["tiny"], "steps": 3, "warmup_steps": 2,
+             "engine": ["offload"], "optimizer_on": ["ddr"], "dpu": [True]}
+    (case,) = [p.case for p in plan(training, table, env) if p.skip is None]
+    with pytest.raises(DelayedUpdateError, match="the optimizer's tier went away") as failure:
+        training.measure(case, env, {})
+    assert not isinstance(failure.value, Skip)
+    assert not _dpu_threads()
