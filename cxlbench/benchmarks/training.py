@@ -325,8 +325,9 @@ def _host_needs(case: Case, cfg) -> dict[str, int]:
         needs[tier] = needs.get(tier, 0) + b
 
     if p["engine"] == "offload":
-        copies = 2 if p.get("dpu") else 1     # the delayed update's second gradient buffer
-        add(p["params_on"], 4 * n + (2 * n if gpu else 0))   # (and on a CPU, its second compute copy)
+        # the delayed update doubles the gradient buffer and, on a CPU, the compute copy
+        copies = 2 if p.get("dpu") else 1
+        add(p["params_on"], 4 * n + (2 * n if gpu else 0))
         add(case.target, 8 * n)
         add(p["grads_on"], copies * grad_bytes * n + 8 * n + (0 if gpu else copies * 4 * n))
     elif p["engine"] == "fsdp2_cpu_offload":
