@@ -15,12 +15,15 @@
 #      report into OUT                                             (~4-5 min)
 #   4. the training check (tiny and 1b configs, optimizer on DDR and HBM)
 #                                                                  (<= 90 s)
+#   4b. the delayed parameter update: the offload engine on the small config,
+#      optimizer on DDR, one short case without DPU and one with, each step
+#      beside the step model ("overlapped" / "dpu")   (<= 45 s, OUT/dpu.md)
 #   5. the table last: ours vs torch on the same buffers, the published
 #      figures, the Hopper latencies, crossovers, write penalty    (OUT/table.md)
 #
 # Under 8 minutes on one H200: every step has a hard limit, and the suite's
 # budget is what is left of DEADLINE (470 s from the start) once the tests are
-# done and the training check's slot is set aside. BUDGET=seconds shortens the
+# done and the training and DPU checks' slots are set aside. BUDGET=seconds shortens the
 # suite further (a rerun). Exit status: the suite's (0 ok, 1 a case failed,
 # 2 no GPU case ran).
 set -uo pipefail
@@ -29,6 +32,7 @@ NVME=${2:-}
 BUDGET=${BUDGET:-270}
 DEADLINE=${DEADLINE:-470}
 TRAIN_S=90
+DPU_S=45
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)          # relative to where we were called
 if [ -n "$NVME" ]; then NVME=$(cd "$NVME" && pwd) || exit 2; fi
 cd "$(dirname "$0")/.."
@@ -112,7 +116,7 @@ timeout -k 5 120 "$PY" -m pytest -q -m gpu -p no:cacheprovider -o addopts="" tes
 say "GPU tests: exit $? — $(tail -n 1 "$OUT/pytest-gpu.txt")"
 
 # --- 3. the GPU suite ---------------------------------------------------------------
-SUITE_S=$(( $(left) - TRAIN_S - 60 ))        # 60: the last case past the budget, the report
+SUITE_S=$(( $(left) - TRAIN_S - DPU_S - 60 ))   # 60: the last case past the budget, the report
 [ "$SUITE_S" -lt "$BUDGET" ] && BUDGET=$SUITE_S
 [ "$BUDGET" -lt 30 ] && BUDGET=30
 say "GPU suite (budget ${BUDGET}s)"
@@ -123,12 +127,20 @@ RC=$?
 say "GPU suite: exit $RC ($(grep -c '' "$OUT/suite.txt") lines in suite.txt)"
 
 # --- 4. the training check ------------------------------------------------------------
-T=$(( $(left) - 5 )); [ "$T" -gt "$TRAIN_S" ] && T=$TRAIN_S; [ "$T" -lt 20 ] && T=20
+T=$(( $(left) - DPU_S - 5 )); [ "$T" -gt "$TRAIN_S" ] && T=$TRAIN_S; [ "$T" -lt 20 ] && T=20
 say "training check (${T}s)"
 timeout -k 5 "$T" "$PY" -m cxlbench.cli.training_check --configs tiny,1b --optimizer-on ddr,hbm \
   ${NVME:+--nvme "$NVME"} --steps 10 --warmup 2 --budget $(( T - 10 )) > "$OUT/training.md" 2>&1
 say "training check: exit $? (OUT/training.md)"
 grep '^|' "$OUT/training.md" | head -20
+
+# --- 4b. the delayed parameter update -------------------------------------------------
+T=$(( $(left) - 5 )); [ "$T" -gt "$DPU_S" ] && T=$DPU_S; [ "$T" -lt 20 ] && T=20
+say "DPU check (${T}s)"
+timeout -k 5 "$T" "$PY" -m cxlbench.cli.devicecheck --dpu --configs small --optimizer-on ddr \
+  --steps 10 --budget $(( T - 10 )) > "$OUT/dpu.md" 2>&1
+say "DPU check: exit $? (OUT/dpu.md)"
+grep -e '^|' -e '^- ' "$OUT/dpu.md" | head -10
 
 # --- 5. the table, last -----------------------------------------------------------------
 echo

@@ -136,3 +136,53 @@ def test_pinned_copy_probe_is_in_pcie_range():
         dev = torch.empty(64 << 20, device="cuda:0")
         h2d = copy_Bps(dev, host)
     assert 1e9 < h2d < 1e12           # between a slow PCIe 3 x4 and anything real
+
+
+@pytest.mark.parametrize("where", ["ddr", "nvme"])
+def test_the_delayed_update_on_the_gpu_reads_parameters_one_update_stale(tmp_path, where):
+    """DPU on a GPU: after warm-up each step's bf16 compute copy is the master as the
+    update before last left it, narrowed; the copies back run on their own stream;
+    the loss falls; close ends the update thread."""
+    import threading
+    cfg, batches = _batches(n=8)
+    train = train_config("tiny", chunk_params=1 << 14, dpu=True, dpu_warmup_steps=2)
+    placement = Placement(NODE, NODE, NODE) if where == "ddr" else Placement("nvme", "nvme", NODE)
+    engine = OffloadEngine(cfg, train, placement, "cuda:0", nvme_dir=str(tmp_path))
+    used, master_after = [], []
+    engine.model.register_forward_pre_hook(
+        lambda m, a: used.append(torch.cat([p.detach().reshape(-1) for p in m.parameters()]).cpu()))
+    opt = engine.nvme if engine.nvme is not None else engine.host_opt
+    real = opt.step
+
+    def recording_step(grads, on_chunk=None):
+        shipped = torch.empty(engine.numel, dtype=torch.bfloat16)
+
+        def ship(s, e, p32):
+            shipped[s:e].copy_(p32)               # what this update sends to the GPU
+            on_chunk(s, e, p32)
+        out = real(grads, ship)
+        master_after.append(shipped)
+        return out
+    opt.step = recording_step
+    try:
+        assert engine.h2d_stream != torch.cuda.current_stream() and engine._back.is_cuda
+        assert engine.arenas["grads_next"].pinned
+        times = [engine.step(*engine.prepare(b)) for b in batches]
+        torch.cuda.synchronize()
+    finally:
+        engine.close()
+    assert [t.staleness for t in times] == [0, 0, 0] + [1] * 5
+    for i in range(3, len(batches)):
+        assert torch.equal(used[i], master_after[i - 2])
+    losses = [t.loss for t in times]
+    assert losses[-1] < losses[0] - 0.3
+    assert not [t for t in threading.enumerate() if t.name.startswith("dpu-update")]
+
+
+def test_the_dpu_check_prints_a_row_with_and_without_the_delayed_update():
+    from cxlbench.cli.devicecheck import dpu_check
+    lines = list(dpu_check(["tiny"], ["ddr"], "gpu", steps=4))
+    rows = [line for line in lines[2:] if line.startswith("|")]
+    assert len(rows) == 2, lines
+    assert "| off |" in rows[0] and "| overlapped |" in rows[0]
+    assert "| on (warm-up 2, staleness 1) |" in rows[1] and "| dpu |" in rows[1]

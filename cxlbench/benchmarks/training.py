@@ -11,6 +11,9 @@ train      one placement of the training state — fp32 master params, Adam mome
            nvme_write_s, idle_s), loss, and on a GPU tflops and mfu. Per case: the
            step-time model's predicted_step_s (flag and terms as columns), the rates
            it used (column `probe`), and memory_bytes per tier (column `memory`).
+           With dpu (the offload engine's delayed parameter update; the case has
+           dpu = True, absent otherwise) each step also has update_wait_s, and the
+           case's info says the warm-up, the staleness and the update's threads.
 optimizer  AdamW parameters/s on one tier, per implementation (fused, foreach,
            forloop, native, deepspeed), and for an NVMe tier the file-backed optimizer
            against the same step in memory.
@@ -56,6 +59,7 @@ METRICS = metrics(
     Metric("nvme_read_s", "s", "lower"),         # time the update waited for NVMe reads
     Metric("nvme_write_s", "s", "lower"),
     Metric("idle_s", "s", "lower"),
+    Metric("update_wait_s", "s", "lower"),       # DPU: the step's wait for the last step's update
     Metric("predicted_step_s", "s", "lower"),    # the step-time model's prediction
     Metric("memory_bytes", "B", "lower"),        # peak/placed bytes per tier (column `memory`)
     Metric("max_params", "params", "higher"),    # largest model that trains in a placement
@@ -68,7 +72,11 @@ SHOW = Show(
     x="n_params", facets=("mode",),
     headlines=(
         Headline("training {config}, engine {engine} ({compute})", "tokens_per_s", column="tokens/s",
-                 where={"mode": "train"}, pick="each", digits=0, spread="samples", trend="loss"),
+                 where={"mode": "train", "dpu": None}, pick="each", digits=0, spread="samples",
+                 trend="loss"),
+        Headline("training {config}, engine {engine}, delayed update ({compute})", "tokens_per_s",
+                 column="tokens/s", where={"mode": "train", "dpu": True}, pick="each", digits=0,
+                 spread="samples", trend="loss"),
         Headline("largest config that fits, {engine} ({compute}): {max_config}", "max_params",
                  column="largest config", where={"mode": "find_max"}, pick="each", count=True),
         # the state on the tier (for NVMe: in files, with the I/O), not the in-memory reference
@@ -99,6 +107,10 @@ class Spec(BaseSpec):
     grads_on: tuple[str, ...] = ("local",)
     activations_on: tuple[str, ...] = ("device",)
     activation_checkpointing: tuple[bool, ...] = (False,)
+    # the offload engine's delayed parameter update (train mode; the other engines run
+    # without): each offload placement once per value
+    dpu: tuple[bool, ...] = (False,)
+    dpu_warmup_steps: int | None = None       # ordinary steps first; default warmup_steps - 1
     # optimizer mode
     n_params: Size = 16 << 20
     nvme_params: Size = 4 << 20
@@ -174,8 +186,10 @@ def _plan_train(spec: Spec, env: Env, find_max: bool = False) -> list[Planned]:
     planned: list[Planned] = []
     for point in sweep(device=devices, config=[",".join(configs)] if find_max else configs,
                        ac=spec.activation_checkpointing, act=spec.activations_on, engine=spec.engine,
-                       threads=spec.threads):
+                       threads=spec.threads, dpu=[False] if find_max else spec.dpu):
         config, device = point["config"], point["device"]
+        if point["dpu"] and point["engine"] != "offload":
+            continue                          # the delayed update is the offload engine's
         base = train_config(config.split(",")[0], batch=spec.batch, seq_len=spec.seq)
         common = {"mode": "find_max" if find_max else "train", "config": config,
                   "engine": point["engine"], "activation_checkpointing": bool(point["ac"]),
@@ -184,6 +198,9 @@ def _plan_train(spec: Spec, env: Env, find_max: bool = False) -> list[Planned]:
                   "impl": spec.impl, "compute": device}
         if point["threads"] != "all":         # default: every CPU of the initiator
             common["threads"] = point["threads"]
+        if point["dpu"]:                      # absent when off: the ordinary cases keep their ids
+            common["dpu"] = True
+            common["dpu_warmup_steps"] = _or(spec.dpu_warmup_steps, max(0, warmup - 1))
         for case, skip in _placements(spec, env, device, gpu, point["engine"], point["act"],
                                       common, steps, warmup):
             if find_max:                      # time for the configs it will try
@@ -311,9 +328,11 @@ def _host_needs(case: Case, cfg) -> dict[str, int]:
         needs[tier] = needs.get(tier, 0) + b
 
     if p["engine"] == "offload":
+        # the delayed update doubles the gradient buffer and, on a CPU, the compute copy
+        copies = 2 if p.get("dpu") else 1
         add(p["params_on"], 4 * n + (2 * n if gpu else 0))
         add(case.target, 8 * n)
-        add(p["grads_on"], grad_bytes * n + 8 * n + (0 if gpu else 4 * n))
+        add(p["grads_on"], copies * grad_bytes * n + 8 * n + (0 if gpu else copies * 4 * n))
     elif p["engine"] == "fsdp2_cpu_offload":
         add(case.target, 16 * n)
     else:
@@ -345,15 +364,16 @@ def _fits(case: Case, env: Env, cfg, fresh: bool = False) -> str | None:
 
 def _fits_device(case: Case, env: Env, cfg) -> str | None:
     """The offload engine keeps the bf16 params and grads on the GPU (4 bytes per
-    parameter): why they would not fit its memory (80% of it free), or None. find_max
-    stops here before building a model no GPU holds (70b: ~263 GiB)."""
+    parameter; 6 with the delayed update's second compute copy): why they would not fit
+    its memory (80% of it free), or None. find_max stops here before building a model
+    no GPU holds (70b: ~263 GiB)."""
     p = case.params
     if p["compute"] != "gpu" or p["engine"] != "offload":
         return None
     gpu = env.initiators.get(case.initiator)
     hbm = next((t for t in env.tiers.values() if t.kind == "hbm"
                 and (gpu is None or gpu.gpu is None or t.gpu == gpu.gpu)), None)
-    need = 4 * cfg.num_params()
+    need = (6 if p.get("dpu") else 4) * cfg.num_params()
     if hbm is None or not hbm.free_bytes or need <= 0.8 * hbm.free_bytes:
         return None
     return (f"needs ~{need / 2**30:.1f} GiB on {hbm.name} (bf16 params and grads), which has "
@@ -519,7 +539,8 @@ def _run(case: Case, env: Env, info: dict, config: str):
     local = initiator.node if initiator is not None else None
     buffer_node = placement.grads if isinstance(placement.grads, int) else local
     train = train_config(config, batch=p["batch"], seq_len=p["seq"], steps=case.repetitions,
-                         warmup_steps=case.warmup, activation_checkpointing=p["activation_checkpointing"])
+                         warmup_steps=case.warmup, activation_checkpointing=p["activation_checkpointing"],
+                         dpu=bool(p.get("dpu")), dpu_warmup_steps=p.get("dpu_warmup_steps"))
     spec = RunSpec(config, p["engine"], train, placement, device, nvme_dir, p.get("impl", "fused"),
                    buffer_node, local if device == "cpu" else None,
                    evict_bytes=2 * env.machine.llc_bytes())
@@ -581,6 +602,8 @@ def _train_samples(r, info: dict) -> list[Sample]:
                   "optimizer_s": s.optimizer_s, "idle_s": s.idle_s, "loss": s.loss}
         if r.spec.placement.optimizer == "nvme":
             values["nvme_read_s"], values["nvme_write_s"] = s.nvme_read_s, s.nvme_write_s
+        if r.dpu:
+            values["update_wait_s"] = s.update_wait_s
         achieved = tps * r.flops_per_token
         values["tflops"] = achieved / 1e12
         values["mfu"] = achieved / r.peak_flops
@@ -628,6 +651,11 @@ def _train_samples(r, info: dict) -> list[Sample]:
     })
     if r.o_direct is not None:
         info["o_direct"] = r.o_direct
+    if r.dpu:
+        info["dpu"] = {**r.dpu, "what": (
+            "delayed parameter update: step i's host update ran beside step i+1's forward and "
+            "backward, on parameters one update stale" + ("" if gpu else
+            "; on a CPU run both sides share the cores, so only NVMe I/O can hide"))}
     if not r.loss_fell:
         info.setdefault("warnings", []).append(
             f"loss did not fall: {r.losses[0]:.3f} at the first step, {r.losses[-1]:.3f} at the last")

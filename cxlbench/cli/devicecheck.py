@@ -2,6 +2,8 @@
 
     python -m cxlbench.cli.devicecheck OUT [--suite gpu] [--nvme DIR] [--budget S]
     python -m cxlbench.cli.devicecheck --table RUN_DIR        # the table of a run
+    python -m cxlbench.cli.devicecheck --dpu [--configs small] [--nvme DIR]
+                                       # the offload engine with and without DPU
 
 OUT receives results/ (the run) and report.html; the table is printed and kept
 as OUT/table.md. Each GPU target is a row with its verdict:
@@ -12,6 +14,11 @@ as OUT/table.md. Each GPU target is a row with its verdict:
   pinned H2D / D2H   ours >= 95% of torch's copy_ on the same pinned buffers
   L1 / L2 / HBM      chase latency in cycles within 10% of the published Hopper
                      figures (~34 / ~265-470 / ~650 cycles)
+
+The --dpu check runs the offload engine's training cases with and without the
+delayed parameter update (train.dpu) on the GPU, one short case each, and prints
+each step beside the step-time model's composition for it ("overlapped" and
+"dpu": the host's update hidden behind the GPU's forward and backward).
 
 Exit status: 0 when the run completed with no failed case, 1 when a case
 failed (a wrong result is a failure), 2 when no GPU case ran at all.
@@ -311,6 +318,78 @@ def table(run_dir: str | Path) -> tuple[str, dict]:
     return "\n".join(lines), counts
 
 
+DPU_HEAD = ["config", "optimizer on", "DPU", "step measured (ms)", "model (ms)", "composition",
+            "measured ÷ model", "fwd + bwd (ms)", "update (ms)", "update wait (ms)", "loss first→last"]
+
+
+def dpu_row(case, samples, info: dict) -> list[str]:
+    """One training case as a row of the DPU table: medians over its steady steps."""
+    import statistics
+    by: dict[str, list[float]] = {}
+    for s in samples:
+        if set(s.params) <= {"iteration"}:                    # the per-step samples
+            by.setdefault(s.metric, []).append(s.value)
+    ms = lambda *ks: sum(statistics.median(by[k]) for k in ks if by.get(k)) * 1e3  # noqa: E731
+    pred = next(s for s in samples if s.metric == "predicted_step_s")
+    step = ms("step_time_s")
+    curve = info.get("loss_curve") or [math.nan]
+    dpu = info.get("dpu")
+    return [case.params["config"], case.target,
+            f"on (warm-up {dpu['warmup_steps']}, staleness {dpu['staleness']})" if dpu else "off",
+            f"{step:.4g}", f"{pred.value * 1e3:.4g}", str(pred.params.get("model_overlap")),
+            f"{step / (pred.value * 1e3):.2f}", f"{ms('forward_s', 'backward_s'):.4g}",
+            f"{ms('optimizer_s', 'nvme_read_s', 'nvme_write_s'):.4g}",
+            f"{ms('update_wait_s'):.3g}" if dpu else "—", f"{curve[0]:.2f}→{curve[-1]:.2f}"]
+
+
+def dpu_check(configs: list[str], optimizer_on: list[str], compute: str = "gpu", steps: int = 10,
+              warmup: int = 3, nvme: str | None = None, budget: float | None = None):
+    """The offload engine with and without the delayed parameter update, one case each
+    per config and optimizer tier, in this process: yields the markdown table's lines
+    as each case ends (a check stopped by its time limit keeps what it printed), then
+    the cases that did not run and why."""
+    import gc
+    import time
+
+    import torch
+
+    from cxlbench.benchmarks import spec as family_spec
+    from cxlbench.benchmarks import training
+    from cxlbench.benchmarks.base import Skip
+    from cxlbench.runner.run import build_env
+
+    env = build_env("/", [f"nvme={nvme}"] if nvme else [], {})
+    spec = family_spec.of(training, config=configs, engine=["offload"], optimizer_on=optimizer_on,
+                          compute=[compute], steps=steps, warmup_steps=warmup, dpu=[False, True],
+                          impl="auto")
+    yield "| " + " | ".join(DPU_HEAD) + " |"
+    yield "|" + "---|" * len(DPU_HEAD)
+    notes, start = [], time.monotonic()
+    for planned in training.plan(spec, env):
+        case = planned.case
+        if planned.skip:
+            notes.append(f"- skipped {case.case_id}: {planned.skip}")
+            continue
+        if budget is not None and time.monotonic() - start + planned.estimate_s > budget:
+            notes.append(f"- skipped {case.case_id}: time budget of {budget:.0f} s spent")
+            continue
+        info: dict = {}
+        try:
+            samples = training.measure(case, env, info)
+        except Skip as e:
+            notes.append(f"- skipped {case.case_id}: {e}")
+            continue
+        except Exception as e:                  # noqa: BLE001 - one case's failure, the table goes on
+            notes.append(f"- FAILED {case.case_id}: {type(e).__name__}: {e}")
+            continue
+        finally:
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        yield "| " + " | ".join(dpu_row(case, samples, info)) + " |"
+    yield from notes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", nargs="?", help="directory for the run, the report and the table")
@@ -318,7 +397,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nvme", help="a directory on an NVMe disk (declares the nvme tier)")
     ap.add_argument("--budget", type=float, help="time budget in seconds (overrides the suite's)")
     ap.add_argument("--table", metavar="RUN_DIR", help="only print the table of an existing run")
+    ap.add_argument("--dpu", action="store_true",
+                    help="only the offload engine with and without the delayed parameter update")
+    ap.add_argument("--configs", default="small", help="--dpu: model configs (comma-separated)")
+    ap.add_argument("--optimizer-on", default="ddr", help="--dpu: the optimizer state's tiers")
+    ap.add_argument("--compute", default="gpu", help="--dpu: gpu, or cpu (the same path on the CPU)")
+    ap.add_argument("--steps", type=int, default=10, help="--dpu: steady steps per case")
     args = ap.parse_args(argv)
+    if args.dpu:
+        delayed = 0
+        for line in dpu_check(args.configs.split(","), args.optimizer_on.split(","), args.compute,
+                              args.steps, nvme=args.nvme, budget=args.budget):
+            print(line, flush=True)
+            delayed += line.startswith("|") and "| on (" in line
+        return 0 if delayed else 2
     if args.table:
         text, counts = table(args.table)
         print(text)

@@ -68,6 +68,11 @@ class TrainConfig:
     seed: int = 0
     activation_checkpointing: bool = False
     chunk_params: int = 1 << 22   # optimizer chunk: elements per chunk (host and NVMe paths)
+    # the offload engine's delayed parameter update (ZeRO-Offload's DPU): after
+    # dpu_warmup_steps ordinary steps, step i's host update runs beside step i+1's
+    # forward and backward, which use parameters one update stale
+    dpu: bool = False
+    dpu_warmup_steps: int = 2
 
 
 MODELS: dict[str, ModelConfig] = {m.name: m for m in [

@@ -12,7 +12,15 @@ OffloadEngine (ZeRO-Offload's scheme, one device):
     pinned staging buffer and copied back on a second side stream while the next
     chunk is stepped; the next forward waits for that stream;
   - saved activations (with activation checkpointing: the block inputs only) can
-    live on a host tier too, through saved_tensors_hooks (ActivationStash).
+    live on a host tier too, through saved_tensors_hooks (ActivationStash);
+  - with train.dpu (ZeRO-Offload's delayed parameter update, Ren et al. 2021 §5.2),
+    after dpu_warmup_steps ordinary steps step i's update (its NVMe I/O and the
+    copies back included) runs on a host thread (DelayedUpdate) while step i+1's
+    forward and backward run on parameters one update stale; step i+1 ends by
+    waiting for it and making its parameters the compute copy, so step i+2 reads
+    them (never two updates stale). Gradients and the compute copy are double
+    buffered for it: step i+1's backward fills the other gradient buffer, and the
+    update writes the compute copy the forward is not reading.
 
 On a CPU-only machine the same engine runs with the CPU as the "device": the
 compute copy is fp32 in ordinary memory and every "transfer" is a memcpy into or
@@ -34,6 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from cxlbench.training.configs import ModelConfig, TrainConfig
+from cxlbench.training.delayed import DelayedUpdate, UpdateTimes, update_threads
 from cxlbench.training.model import Transformer, loss_fn
 from cxlbench.training.nvme_optimizer import ALIGN_ELEMS, IoTimes, NvmeAdamW
 from cxlbench.training.optimizer import AdamWHyper, HostAdamW
@@ -53,6 +62,13 @@ class StepTimes:
     nvme_write_s: float = 0.0
     loss: float = float("nan")
     io: IoTimes | None = None
+    # the delayed update (DPU): seconds this step stood waiting for the previous step's
+    # update at its end, and how many updates stale its parameters were (0 or 1). In a
+    # DPU step optimizer_s, nvme_*_s and the copies back in transfer_s are that update's
+    # own, timed in its thread beside this step's forward and backward: the phases may
+    # add up to more than the step.
+    update_wait_s: float = 0.0
+    staleness: int = 0
 
     @property
     def idle_s(self) -> float:
@@ -222,11 +238,14 @@ class OffloadEngine(_EngineBase):
 
     def __init__(self, cfg: ModelConfig, train: TrainConfig, placement: Placement,
                  device: str = "cpu", nvme_dir: str | None = None, impl: str = "fused",
-                 buffer_node: int | None = None, n_buffers: int = 2):
+                 buffer_node: int | None = None, n_buffers: int = 2,
+                 dpu_threads: int | None = None, events: list | None = None):
         """placement: host nodes (ints) for params/optimizer/grads/activations, 'nvme' for
         params or optimizer (then nvme_dir is the directory), 'device' for activations.
         buffer_node: the node of the NVMe I/O buffers and bf16 staging when the params
-        themselves are on NVMe (default: the grads' node)."""
+        themselves are on NVMe (default: the grads' node). With train.dpu: dpu_threads
+        sizes the update thread's OpenMP team (default: update_threads), and events,
+        when given, collects (what, step) in order (the tests read the interleaving)."""
         super().__init__(cfg, train, device)
         if not isinstance(placement.grads, int):
             raise ValueError("the offload engine steps on the host: grads_on must be a host tier")
@@ -248,6 +267,9 @@ class OffloadEngine(_EngineBase):
         # -- host state on its tiers
         hyper = hyper_of(train)
         self.grads = self._take("grads", placement.grads, self.compute_dtype)
+        self._grad_bufs = [self.grads]
+        if train.dpu:                              # step i+1's backward fills the other one
+            self._grad_bufs.append(self._take("grads_next", placement.grads, self.compute_dtype))
         self.master = None
         if isinstance(placement.params, int):
             self.master = self._take("params", placement.params, torch.float32)
@@ -272,8 +294,9 @@ class OffloadEngine(_EngineBase):
         if self.cuda:                              # bf16 copy of updated params, pinned
             node = placement.params if isinstance(placement.params, int) else buffer_node
             self.staging = self._take("staging", node, self.compute_dtype)
-            for name in ("grads", "staging"):
-                self.arenas[name].pin()
+            for name in ("grads", "grads_next", "staging"):
+                if name in self.arenas:
+                    self.arenas[name].pin()
 
         # -- compute copy: views into one flat buffer on the device (buffers move as they are)
         for module in self.model.modules():
@@ -290,6 +313,8 @@ class OffloadEngine(_EngineBase):
             self.spans.append((p, offset, n))
             offset += n
         del initial
+        # the delayed update writes the compute copy the next forward is not reading
+        self._back = torch.empty_like(self.flat) if train.dpu else None
 
         # -- streams and the gradient hooks
         if self.cuda:
@@ -299,8 +324,13 @@ class OffloadEngine(_EngineBase):
         for p, offset, n in self.spans:
             p.register_post_accumulate_grad_hook(self._grad_hook(offset, n))
 
+        self.dpu: DelayedUpdate | None = None
+        self._ready: int | None = None             # a step whose gradients wait for their update
+        if train.dpu:
+            self.dpu = DelayedUpdate(dpu_threads or update_threads(self.cuda), events)
+
         if placement.activations != "device":
-            resident = {self.flat.untyped_storage().data_ptr()}
+            resident = {t.untyped_storage().data_ptr() for t in (self.flat, self._back) if t is not None}
             resident |= {b.untyped_storage().data_ptr() for b in self.model.buffers()}
             self.stash = ActivationStash(placement.activations, self.device, resident)
             self.model.reentrant_checkpoint = True   # checkpoint inputs pass through the hooks
@@ -310,10 +340,9 @@ class OffloadEngine(_EngineBase):
         return self._arena(name, HostArena.bytes_for(self.numel, dtype), node).take(self.numel, dtype)
 
     def _grad_hook(self, offset: int, n: int):
-        dst = self.grads[offset:offset + n]
-
         def hook(p: torch.Tensor) -> None:
             g = p.grad
+            dst = self.grads[offset:offset + n]       # this step's buffer (two with DPU)
             if self.cuda:
                 compute = torch.cuda.current_stream(self.device)
                 self.d2h_stream.wait_stream(compute)          # the gradient is complete
@@ -327,18 +356,29 @@ class OffloadEngine(_EngineBase):
             p.grad = None
         return hook
 
-    def _ship(self, start: int, end: int, p32: torch.Tensor) -> None:
-        """An updated chunk of fp32 params goes back to the compute copy."""
-        if self.cuda:
-            self.staging[start:end].copy_(p32)
-            with torch.cuda.stream(self.h2d_stream):
-                self.flat[start:end].copy_(self.staging[start:end], non_blocking=True)
-        else:
-            t0 = time.perf_counter()
-            self.flat[start:end].copy_(p32)
-            self._copy_s += time.perf_counter() - t0
+    def _shipper(self, target: torch.Tensor, spent: list[float]):
+        """on_chunk for the optimizer: each updated chunk of fp32 params goes to `target`
+        (a compute copy): on a GPU narrowed into pinned staging, then H2D on its own
+        stream; on a CPU a memcpy, whose seconds add up in spent[0]."""
+        def ship(start: int, end: int, p32: torch.Tensor) -> None:
+            if self.cuda:
+                self.staging[start:end].copy_(p32)
+                with torch.cuda.stream(self.h2d_stream):
+                    target[start:end].copy_(self.staging[start:end], non_blocking=True)
+            else:
+                t0 = time.perf_counter()
+                target[start:end].copy_(p32)
+                spent[0] += time.perf_counter() - t0
+        return ship
 
     def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> StepTimes:
+        self.grads = self._grad_bufs[self.steps_done % len(self._grad_bufs)]
+        if self.dpu is not None and self.steps_done >= self.train.dpu_warmup_steps:
+            return self._step_delayed(inputs, labels)
+        return self._step_now(inputs, labels)
+
+    def _step_now(self, inputs: torch.Tensor, labels: torch.Tensor) -> StepTimes:
+        """The ordinary step: forward, backward, then the update, before the next step."""
         t0 = time.perf_counter()
         self._copy_s = 0.0
         if self.cuda:
@@ -350,10 +390,8 @@ class OffloadEngine(_EngineBase):
             self.h2d_stream.wait_stream(torch.cuda.current_stream(self.device))
         backward_copy_s = self._copy_s
         t_opt = time.perf_counter()
-        if self.nvme is not None:
-            io = self.nvme.step(self.grads, self._ship)
-        else:
-            io = self.host_opt.step(self.grads, self._ship)
+        shipped = [0.0]
+        io = self._optimizer().step(self.grads, self._shipper(self.flat, shipped))
         t_opt_end = time.perf_counter()
         if self.cuda:
             self.h2d_stream.synchronize()
@@ -374,17 +412,114 @@ class OffloadEngine(_EngineBase):
             times.optimizer_s = t_opt_end - t_opt - nvme_wait
         else:
             times.backward_s = self.timer.seconds(m1, m2) - backward_copy_s
-            ship_s = self._copy_s - backward_copy_s
-            times.transfer_s = self._copy_s
-            times.optimizer_s = t_opt_end - t_opt - nvme_wait - ship_s
+            times.transfer_s = backward_copy_s + shipped[0]
+            times.optimizer_s = t_opt_end - t_opt - nvme_wait - shipped[0]
         return times
 
+    def _optimizer(self):
+        return self.nvme if self.nvme is not None else self.host_opt
+
+    # ---- the delayed parameter update --------------------------------------------------
+
+    def _update(self, step: int, grads: torch.Tensor, target: torch.Tensor) -> UpdateTimes:
+        """Step `step`'s update, in the update thread: the optimizer over its gradients,
+        each chunk shipped into `target` (the compute copy no forward is reading), and
+        on a GPU the wait for the last copies, so that a join means all of it is done."""
+        device = torch.cuda.device(self.device) if self.cuda else _nullcontext()
+        with device:
+            t0 = time.perf_counter()
+            shipped = [0.0]
+            io = self._optimizer().step(grads, self._shipper(target, shipped))
+            t1 = time.perf_counter()
+            if self.cuda:
+                self.h2d_stream.synchronize()
+            t2 = time.perf_counter()
+        return UpdateTimes(step, t2 - t0, shipped[0], t2 - t1, io)
+
+    def _launch(self, step: int) -> None:
+        """Start step `step`'s update beside the forward and backward about to run."""
+        if self.cuda:       # the compute copy it writes was the last step's: its readers are done
+            self.h2d_stream.wait_stream(torch.cuda.current_stream(self.device))
+        self.dpu.launch(self._update, step, self._grad_bufs[step % len(self._grad_bufs)], self._back)
+
+    def _apply(self) -> UpdateTimes | None:
+        """Wait for the update in flight, then make the compute copy it wrote the one
+        the model reads (the parameters' views move to it)."""
+        done = self.dpu.join()
+        if done is None:
+            return None
+        if self.cuda:
+            torch.cuda.current_stream(self.device).wait_stream(self.h2d_stream)
+        self.flat, self._back = self._back, self.flat
+        for p, offset, n in self.spans:
+            p.data = self.flat[offset:offset + n].view(p.shape)
+        self.dpu.event("applied", done.step)
+        return done
+
+    def _step_delayed(self, inputs: torch.Tensor, labels: torch.Tensor) -> StepTimes:
+        """Step i with the delayed update: step i-1's update runs on the update thread
+        while this forward and backward run on the parameters before it (one update
+        stale); this step ends once it is applied, and leaves its own gradients for
+        the next step to launch (launched there, not here, so that it overlaps that
+        step's forward and backward, not whatever the caller does between steps)."""
+        t0 = time.perf_counter()
+        self._copy_s = 0.0
+        staleness = 0
+        if self._ready is not None:
+            self._launch(self._ready)
+            self._ready, staleness = None, 1
+        step = self.steps_done
+        self.dpu.event("forward_start", step)
+        loss, (m0, m1, m2) = self._forward_backward(self.model, inputs, labels)
+        self.dpu.event("backward_end", step)
+        if self.cuda:
+            m_d2h = self.timer.mark(self.d2h_stream)
+            m_d2h.synchronize()                     # this step's gradients are all on the host
+        t_join = time.perf_counter()
+        done = self._apply()
+        t_applied = time.perf_counter()
+        self._ready = step
+        loss_value = float(loss.detach())
+        t_end = time.perf_counter()
+        self.steps_done += 1
+        self._maybe_allocate_stash()
+
+        times = StepTimes(step_s=t_end - t0, loss=loss_value, update_wait_s=t_applied - t_join,
+                          staleness=staleness)
+        times.forward_s = self.timer.seconds(m0, m1)
+        times.backward_s = self.timer.seconds(m1, m2) - (0.0 if self.cuda else self._copy_s)
+        io = done.io if done else None
+        nvme_wait = (io.read_wait_s + io.write_wait_s) if io else 0.0
+        if io:
+            times.io, times.nvme_read_s, times.nvme_write_s = io, io.read_wait_s, io.write_wait_s
+        if done:
+            times.optimizer_s = done.seconds - done.h2d_tail_s - nvme_wait - done.ship_s
+        if self.cuda:
+            times.transfer_s = max(0.0, self.timer.seconds(m2, m_d2h)) + (done.h2d_tail_s if done else 0.0)
+        else:
+            times.transfer_s = self._copy_s + (done.ship_s if done else 0.0)
+        return times
+
+    def flush(self) -> None:
+        """Run and apply the update a delayed step left waiting (after the last step:
+        the master parameters, the probes and the NVMe file then hold every step)."""
+        if self.dpu is None:
+            return
+        self._apply()
+        if self._ready is not None:
+            self._launch(self._ready)
+            self._ready = None
+            self._apply()
+
     def master_params(self) -> torch.Tensor:
+        self.flush()
         if self.master is not None:
             return self.master.clone()
         return self.nvme.read_params()
 
     def close(self) -> None:
+        if self.dpu is not None:              # joins the update thread
+            self.dpu.close()
         if self.nvme is not None:
             self.arenas.pop("nvme_buffers", None)
             self.nvme.close()

@@ -60,6 +60,7 @@ class RunResult:
     compute_probe: replay.ComputeProbe | None = None
     o_direct: bool | None = None
     notes: list[str] = field(default_factory=list)
+    dpu: dict | None = None           # the delayed update: warm-up, staleness, update threads
 
     @property
     def losses(self) -> list[float]:
@@ -124,6 +125,13 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
         spec = replace(spec, impl="fused")
     if spec.placement.activations != "device" and train.warmup_steps < 1:
         raise ValueError("offloaded activations need a warm-up step (it sizes their arena)")
+    if train.dpu and spec.engine != "offload":
+        raise ValueError(f"the delayed parameter update is the offload engine's, not {spec.engine}'s")
+    if train.dpu and train.dpu_warmup_steps >= train.warmup_steps:
+        # the first delayed step has no update of its own to overlap: untimed
+        raise ValueError(f"dpu_warmup_steps ({train.dpu_warmup_steps}) must be below warmup_steps "
+                         f"({train.warmup_steps}): the first delayed step, which has no update beside "
+                         f"it, must not be timed")
     data = MarkovTokens(cfg.vocab_size, seed=train.seed)
     engine = build_engine(spec)
     try:
@@ -137,6 +145,8 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
         for b in batches[train.warmup_steps:]:
             steps.append(engine.step(*b))
             probe.after_step()                     # interleaved with the steps it models
+        if train.dpu:                              # the last step's update, before any probe
+            engine.flush()
         compute = probe.result()
         after = engine.verify(nodes_of) + _verify_device_state(engine, spec, nodes_of)
         memory = engine.memory()
@@ -151,6 +161,7 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
             notes.append("CPU run: the model computes on the CPU; 'transfer' is memcpy into and out "
                          "of the placed buffers, not PCIe")
         numel, impl = engine.numel, engine.impl
+        dpu = _dpu_record(engine, steps) if train.dpu else None
         if impl_rates:
             notes.append("CPU AdamW chosen as the fastest here: " + ", ".join(
                 f"{k} {v / 1e6:.0f}M params/s" for k, v in sorted(impl_rates.items(), key=lambda kv: -kv[1])))
@@ -169,8 +180,7 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
         param_bytes=2 if engine.cuda and spec.engine == "offload" else 4,
         nvme_bytes=(12 if spec.placement.params == "nvme" else 8) if spec.placement.optimizer == "nvme" else 0,
         offload=spec.engine != "none", chunks=max(1, -(-numel // max(1, train.chunk_params))))
-    overlap = {"none": "none", "fsdp2_cpu_offload": "serial"}.get(
-        spec.engine, "overlapped" if engine.cuda else "serial")
+    overlap = overlap_of(spec.engine, engine.cuda, train.dpu)
     prediction = predict(workload, rates, overlap)
     measured = {"compute": statistics.median(s.forward_s + s.backward_s for s in steps),
                 "optimizer": statistics.median(s.optimizer_s + s.nvme_read_s + s.nvme_write_s for s in steps)}
@@ -181,7 +191,29 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     verdict = compare(prediction, statistics.median(s.step_s for s in steps), measured)
     return RunResult(spec, numel, workload.tokens_per_step, workload.flops_per_token,
                      warmup, steps, rates, peak, prediction, verdict, before, after, memory,
-                     impl, compute, o_direct, notes)
+                     impl, compute, o_direct, notes, dpu)
+
+
+def overlap_of(engine: str, cuda: bool, dpu: bool) -> str:
+    """The step model's composition for how an engine runs its step (stepmodel.py): the
+    delayed update overlaps the host chain with the GPU's ("dpu"), or on a CPU run with
+    nothing but NVMe I/O, the cores being the same ("dpu-shared")."""
+    if engine == "none":
+        return "none"
+    if engine == "fsdp2_cpu_offload":
+        return "serial"
+    if dpu:
+        return "dpu" if cuda else "dpu-shared"
+    return "overlapped" if cuda else "serial"
+
+
+def _dpu_record(engine, steps: list[StepTimes]) -> dict:
+    """What a DPU run says of itself: after how many ordinary steps the update was
+    delayed, how stale the timed steps' parameters were, the update thread's team."""
+    return {"on": True, "warmup_steps": engine.train.dpu_warmup_steps,
+            "staleness": max((s.staleness for s in steps), default=0),
+            "update_threads": engine.dpu.threads,
+            "update_wait_s_median": statistics.median(s.update_wait_s for s in steps) if steps else None}
 
 
 def _twin(kind: str, device: torch.device, param_dtype: torch.dtype | None):
