@@ -62,3 +62,16 @@ def _own_measurement_lock(tmp_path_factory):
         os.environ.pop(ENV, None)
     else:
         os.environ[ENV] = saved
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Training tests run torch on one thread (two tests in one process would otherwise
+    race for the cores), and put back the thread count and CPU affinity that measure()
+    changes when it pins to the initiator's CPUs."""
+    import torch
+    before, cpus = torch.get_num_threads(), os.sched_getaffinity(0)
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+    os.sched_setaffinity(0, cpus)

@@ -29,13 +29,7 @@ from planning import plan
 NODE0 = 0 if os.path.isdir("/sys/devices/system/node/node0") else None
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before, cpus = torch.get_num_threads(), os.sched_getaffinity(0)
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-    os.sched_setaffinity(0, cpus)            # measure() pins to the initiator's CPUs
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ---- the model ----------------------------------------------------------------
@@ -299,7 +293,7 @@ def _env(tmp_path, gpu: bool, cxl_free: int = 64 << 30):
     tiers = {"ddr0": Tier("ddr0", "ddr", node=0, free_bytes=60 << 30),
              "cxl1": Tier("cxl1", "cxl", node=1, free_bytes=cxl_free),
              "nvme0": Tier("nvme0", "nvme", path=str(tmp_path), free_bytes=1 << 40)}
-    inits = {"cpu:node0": Initiator("cpu:node0", "cpu", 0, [0])}      # one thread: see one_thread
+    inits = {"cpu:node0": Initiator("cpu:node0", "cpu", 0, [0])}      # one thread: see one_torch_thread
     if gpu:
         tiers["hbm0"] = Tier("hbm0", "hbm", gpu=0, free_bytes=140 << 30)
         inits["gpu:0"] = Initiator("gpu:0", "gpu", node=0, gpu=0)
@@ -599,7 +593,7 @@ def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice(threads, isa, monkeypa
     and the tail included, gets torch's update."""
     from cxlbench import _native
     from cxlbench.training import optimizer
-    torch.set_num_threads(threads)          # the one_thread fixture restores it
+    torch.set_num_threads(threads)          # the one_torch_thread fixture restores it
     if isa != "best":                       # the narrower paths, on a CPU that has wider
         monkeypatch.setenv("CXLBENCH_ADAMW_ISA", isa)
     n = (1 << 18) + 13

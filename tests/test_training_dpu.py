@@ -28,13 +28,7 @@ NODE0 = 0 if os.path.isdir("/sys/devices/system/node/node0") else None
 WARMUP = 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before, cpus = torch.get_num_threads(), os.sched_getaffinity(0)
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-    os.sched_setaffinity(0, cpus)            # measure() pins to the initiator's CPUs
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _setup(dpu: bool, steps: int, batch: int = 4, seq: int = 32):

@@ -112,8 +112,9 @@ def suite_name(meta: dict[str, Any]) -> str:
     return str(suite.get("name") if isinstance(suite, dict) else suite or "")
 
 
-def read_runs(paths: Iterable[str | Path]) -> tuple[list[Run], list[str]]:
-    """Every complete run below the paths, once each, oldest first; and what was left out."""
+def read_runs(paths: Iterable[str | Path], complete_only: bool = True) -> tuple[list[Run], list[str]]:
+    """Every complete run below the paths (every readable one with complete_only False),
+    once each, oldest first; and what was left out."""
     found: dict[str, Run] = {}
     left: list[str] = []
     for p in paths:
@@ -123,7 +124,7 @@ def read_runs(paths: Iterable[str | Path]) -> tuple[list[Run], list[str]]:
             except ResultsError as e:
                 left.append(str(e))
                 continue
-            if run.status != COMPLETE:
+            if complete_only and run.status != COMPLETE:
                 left.append(f"{d}: {run.status}, not complete")
             else:
                 found.setdefault(run.run_id, run)

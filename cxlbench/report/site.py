@@ -41,9 +41,9 @@ from cxlbench.report import TEMPLATES, _css, environment, run_context
 from cxlbench.report.plots import PALETTE, sparkline
 from cxlbench.report.trend import trend_context
 from cxlbench.results.schema import COMPLETE
-from cxlbench.results.store import (ResultsError, Run, atomic_write, configuration_of, find_runs, load_run,
+from cxlbench.results.store import (ResultsError, Run, atomic_write, configuration_of,
                                     machine_of, safe_name)
-from cxlbench.units import format_number, tier_order
+from cxlbench.units import format_number
 
 MANIFEST = "manifest.json"
 SITE_FORMAT = 1
@@ -114,21 +114,7 @@ class Published:
 def read(stores: Iterable[str | Path]) -> tuple[list[Run], list[str]]:
     """Every run below the stores, once each (by run id), oldest first; and the ones
     that could not be read, with why."""
-    found: dict[str, Run] = {}
-    left: list[str] = []
-    for store in stores:
-        for path in find_runs(store):
-            try:
-                run = load_run(path)
-            except ResultsError as e:
-                left.append(str(e))
-                continue
-            found.setdefault(run.run_id, run)
-    return sorted(found.values(), key=_when), left
-
-
-def _when(run: Run) -> tuple[str, str]:
-    return str(run.meta.get("started") or ""), run.run_id
+    return hist.read_runs(stores, complete_only=False)
 
 
 def machines(runs: list[Run]) -> list[MachineRuns]:
