@@ -3,6 +3,7 @@ reduction to percentiles and the floor (cxlbench/benchmarks/tails.py).
 
 Behaviour only: no assertion depends on how fast anything ran.
 """
+import math
 import os
 
 import pytest
@@ -140,3 +141,11 @@ def test_samples_carry_every_tail_metric_and_the_floors():
     assert names == {m.name for m in tails.TAIL_METRICS + tails.FLOOR_METRICS}
     assert {s.repetition for s in out} == {2}
     assert all(s.params == {"page_bytes": 4096} for s in out)
+
+
+def test_a_repetition_that_kept_no_block_gives_no_tail_samples():
+    """Every window lost to other processes: no p50..max, not a max of 0 ns."""
+    from cxlbench.benchmarks import tails
+    empty = tails.Distribution(8, 19.0, [], [], [], 0, 0, 0, lost_blocks=640, lost_ns=10**6)
+    assert math.isnan(empty.percentiles()["max_ns"])
+    assert tails.samples(0, {}, empty, None) == []

@@ -149,7 +149,13 @@ def chase(case: Case, env: Env, info: dict, line_bytes: int, window_bytes: int =
 def _tails(dist: tails.Distribution, mean_ns: float, node: int, rep: int, found: dict,
            info: dict, *, seed: int) -> list[Sample]:
     """The tail metrics of one repetition with its L1 floor; the histograms and the
-    check of the distribution's mean against the mean figure go to info."""
+    check of the distribution's mean against the mean figure go to info. A repetition
+    that kept no block says so and gives no tail."""
+    if dist.n == 0:
+        info.setdefault("distribution", []).append({
+            "repetition": rep, "blocks": 0, "lost_blocks": dist.lost_blocks,
+            "note": "no block kept: the thread held its CPU under 95% in every window"})
+        return []
     with place(tails.FLOOR_BYTES, node, "4k") as fbuf:
         floor = tails.floor_distribution(fbuf.addr, dist, mean_ns, seed)
     info.setdefault(tails.HISTOGRAMS, []).extend([dist.record(rep, "chase"), floor.record(rep, "floor")])

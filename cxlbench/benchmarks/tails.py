@@ -92,7 +92,7 @@ class Distribution:
 
     def percentiles(self) -> dict[str, float]:
         out = {name: self.per_load(self.block_at(p)) for name, p in PERCENTILES}
-        out["max_ns"] = self.per_load(self.max_ns)
+        out["max_ns"] = self.per_load(self.max_ns) if self.n else math.nan
         return out
 
     @classmethod
@@ -154,7 +154,11 @@ def floor_metrics(tier: dict[str, float], floor: Distribution) -> dict[str, floa
 
 
 def samples(rep: int, where: dict, dist: Distribution, floor: Distribution | None) -> list[Sample]:
-    """The percentile samples of one repetition (and the floor's, when measured)."""
+    """The percentile samples of one repetition (and the floor's, when measured); none
+    for a repetition that kept no block (its thread lost its CPU in every window): a
+    tail of nothing is not a figure."""
+    if dist.n == 0:
+        return []
     pct = dist.percentiles()
     out = [Sample(name, value, rep, where) for name, value in pct.items()]
     if floor is not None:

@@ -429,10 +429,12 @@ class OffloadEngine(_EngineBase):
         with device:
             t0 = time.perf_counter()
             shipped = [0.0]
-            io = self._optimizer().step(grads, self._shipper(target, shipped))
-            t1 = time.perf_counter()
-            if self.cuda:
-                self.h2d_stream.synchronize()
+            try:
+                io = self._optimizer().step(grads, self._shipper(target, shipped))
+                t1 = time.perf_counter()
+            finally:            # a failed update must not leave copies reading the staging it frees
+                if self.cuda:
+                    self.h2d_stream.synchronize()
             t2 = time.perf_counter()
         return UpdateTimes(step, t2 - t0, shipped[0], t2 - t1, io)
 
