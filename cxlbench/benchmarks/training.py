@@ -110,7 +110,7 @@ class Spec(BaseSpec):
     # the offload engine's delayed parameter update (train mode; the other engines run
     # without): each offload placement once per value
     dpu: tuple[bool, ...] = (False,)
-    dpu_warmup_steps: int | None = None       # ordinary steps first; default warmup_steps - 1
+    dpu_warmup_steps: Count0 | None = None    # ordinary steps first; default warmup_steps - 1
     # optimizer mode
     n_params: Size = 16 << 20
     nvme_params: Size = 4 << 20
@@ -203,6 +203,9 @@ def _plan_train(spec: Spec, env: Env, find_max: bool = False) -> list[Planned]:
             common["dpu_warmup_steps"] = _or(spec.dpu_warmup_steps, max(0, warmup - 1))
         for case, skip in _placements(spec, env, device, gpu, point["engine"], point["act"],
                                       common, steps, warmup):
+            if point["dpu"] and not skip and common["dpu_warmup_steps"] >= warmup:
+                skip = (f"dpu: dpu_warmup_steps ({common['dpu_warmup_steps']}) must be below warmup_steps "
+                        f"({warmup}), or the first delayed step, with no update beside it, is timed")
             if find_max:                      # time for the configs it will try
                 estimate = 1.0
                 for c in configs:
