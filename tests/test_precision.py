@@ -54,7 +54,9 @@ def test_a_case_stops_at_its_cap_and_says_so(tmp_path):
 
 
 def test_the_time_budget_ends_the_extra_passes(tmp_path):
-    cases, _ = go(tmp_path, table="precision = 0.0001", top="time_budget_s = 2.0")
+    """Each extra process sleeps 0.5 s, so the 12 the cap allows (6 s) can never fit the
+    2 s budget, however fast the machine spawns them."""
+    cases, _ = go(tmp_path, table="precision = 0.0001\npause_s = 0.5", top="time_budget_s = 2.0")
     p = cases["converge"]["info"]["precision"]
     assert p["stop"] == "the time budget" and p["repetitions"] < 16
 

@@ -20,16 +20,21 @@ class Spec(BaseSpec):
     level: float = 1.0             # what an ok case measures (plus its repetition)
     repetitions: int = 3
     scratch: str = ""               # where second_crashes leaves its mark
+    pause_s: float = 0.0            # each process past the first 4 repetitions takes this long
+                                    # (a budget test's clock: the planned pass stays quick)
 
 
 def plan(spec, env):
-    return [Planned(Case(NAME, "cpu:node0", "ddr0", "ddr", {"mode": m, "i": i, "level": spec.level},
+    return [Planned(Case(NAME, "cpu:node0", "ddr0", "ddr", {"mode": m, "i": i, "level": spec.level,
+                                                            **({"pause_s": spec.pause_s} if spec.pause_s else {})},
                          spec.repetitions, 0), estimate_s=0.1)
             for i, m in enumerate(spec.modes)]
 
 
 def measure(case, env, info):
     mode = case.params["mode"]
+    if case.first_repetition >= 4:
+        time.sleep(case.params.get("pause_s", 0.0))
     if mode == "crash":
         os.kill(os.getpid(), signal.SIGKILL)       # what the OOM killer does
     if mode == "segfault":
