@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from typing import Any
 
@@ -22,6 +23,8 @@ def derive(meta: dict[str, Any]) -> str:
     `xeon-8480-2s-cxl1-ddr2-3f2a9c` (the run.json record, or as much of it as is known)."""
     ident = dict(profile(meta).identity)
     ident.pop("kernel", None)
+    for key in ("numa_nodes", "tiers"):
+        ident[key] = [(kind, _octave(gib)) for kind, gib in ident.get(key) or []]
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:6]
     kinds: dict[str, int] = {}
     for kind, _ in ident.get("tiers") or []:
@@ -29,6 +32,16 @@ def derive(meta: dict[str, Any]) -> str:
     stem = [_cpu_stem(ident.get("cpu_model")), f"{ident.get('sockets') or 1}s",
             *(f"{k}{n}" for k, n in sorted(kinds.items()))]
     return "-".join(p for p in stem if p) + f"-{digest}"
+
+
+def _octave(gib: float | None) -> float | None:
+    """A capacity to the nearest half power of two (…, 5.7, 8, 11.3, 16, 22.6, 32 GiB):
+    a balloon or a firmware reservation moves MemTotal by a few percent between runs
+    (8.09 and 8.21 GiB on one VM, minutes apart), which must not make a machine a new
+    configuration, while a memory twice the size still does."""
+    if not gib:
+        return gib
+    return round(2 ** (round(2 * math.log2(gib)) / 2), 1)
 
 
 _NOISE = re.compile(r"\(r\)|\(tm\)|\bcpu\b|\bprocessor\b|@.*$|\bgen\w*\b|\bcore\b|\d+-core|intel|amd", re.I)
