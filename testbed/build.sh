@@ -3,7 +3,7 @@
 #   qemu/     QEMU 10 from bookworm-backports, its whole library closure extracted
 #             (dpkg -x) and run through its own ld.so: nothing installed on the host
 #   guest/    the trixie 6.12 kernel and a root image (a cpio initramfs) holding
-#             python3.13, numpy, pandas, pyarrow, pytest, numactl, cxl, daxctl, the
+#             python3.13, numpy, pandas, scipy, pyarrow, pytest, numactl, cxl, daxctl, the
 #             kernel modules of the CXL/DAX/9p stacks
 #   overlay   (every run, small) the project from this working tree with its C core
 #             built for the guest's Python, the guest init and the guest tests
@@ -24,7 +24,7 @@ PYTHON=${TESTBED_HOST_PYTHON:-python3}
 PYARROW_SPEC=${PYARROW_SPEC:-pyarrow==21.0.0}
 
 GUEST_SUITES="trixie"
-GUEST_PACKAGES="libc-bin busybox kmod python3 python3-numpy python3-pandas python3-pytest
+GUEST_PACKAGES="libc-bin busybox kmod python3 python3-numpy python3-pandas python3-scipy python3-pytest
                 numactl ndctl cxl daxctl"
 KERNEL_META="linux-image-amd64"
 HEADERS_PACKAGES="libpython3.13-dev"       # Python.h for building the C core
@@ -262,7 +262,7 @@ build_base() {
     chroot "$root" /usr/bin/python3 -m compileall -q \
         /usr/lib/python3.13 /usr/lib/python3/dist-packages /usr/local/lib/python3.13/dist-packages \
         >/dev/null || log "guest: some files did not byte-compile (they compile at import)"
-    chroot "$root" /usr/bin/python3 -c 'import numpy, pandas, pyarrow.parquet, pytest' \
+    chroot "$root" /usr/bin/python3 -c 'import numpy, pandas, scipy.stats, pyarrow.parquet, pytest' \
         || die "guest: python3 cannot import its libraries"
 
     # C headers of the guest's Python, for building the C core on the host
