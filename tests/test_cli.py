@@ -92,3 +92,14 @@ def test_report_and_compare_write_html(capsys, tmp_path):
 def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
     code, out, err = run_cli(capsys, *args)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_commands_parser_loads_without_the_report_layers_libraries():
+    """The test bed's guest (and a minimal node) has no jinja2 or matplotlib: building
+    the parser must not import them, or every command fails, `topology` included."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom cxlbench.cli.main import parser\nparser()\n"
+            "print(sorted(m for m in ('jinja2', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

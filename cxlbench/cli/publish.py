@@ -11,11 +11,15 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from cxlbench.cli.commands import UserError
-from cxlbench.fleet import page as fleet_page, record as records
-from cxlbench.fleet.record import FleetRecord
-from cxlbench.report import site
-from cxlbench.results.store import Run
+
+if TYPE_CHECKING:      # the report layer needs jinja2: every command's parser must load without it
+    from cxlbench.fleet.page import FleetReport
+    from cxlbench.fleet.record import FleetRecord
+    from cxlbench.report.site import Nav
+    from cxlbench.results.store import Run
 
 
 class FleetPages:
@@ -23,25 +27,30 @@ class FleetPages:
     (`inputs`: what they show beside the runs: the stores' names and that record)."""
 
     def __init__(self, stores: list[str]):
+        from cxlbench.fleet import record as records
         self.stores = stores
         found = [r for s in stores for r in records.load_all(str(s))]
         self.record: FleetRecord | None = max(found, key=lambda r: (r.submitted, r.fleet_id)) if found else None
         text = json.dumps([stores, asdict(self.record) if self.record else None], sort_keys=True)
         self.inputs = hashlib.sha256(text.encode()).hexdigest()
 
-    def _report(self, runs: list[Run], compare: tuple[str, str] | None = None) -> fleet_page.FleetReport:
+    def _report(self, runs: list[Run], compare: tuple[str, str] | None = None) -> FleetReport:
+        from cxlbench.fleet import page as fleet_page
         return fleet_page.of_runs(", ".join(map(str, self.stores)), runs, self.record, compare=compare)
 
-    def matrix(self, runs: list[Run], nav: site.Nav) -> str:
+    def matrix(self, runs: list[Run], nav: Nav) -> str:
+        from cxlbench.fleet import page as fleet_page
         return fleet_page.html(self._report(runs), nav)
 
-    def pair(self, runs: list[Run], a: str, b: str, nav: site.Nav) -> str:
+    def pair(self, runs: list[Run], a: str, b: str, nav: Nav) -> str:
+        from cxlbench.fleet import page as fleet_page
         return fleet_page.html(self._report(runs, (a, b)), nav)
 
 
 def publish(stores: list[str], out: str, quiet: bool = False) -> int:
     if not stores:
         raise UserError("publish needs at least one store (a results folder or a store URL)")
+    from cxlbench.report import site
     done = site.publish(stores, out, FleetPages([str(s) for s in stores]))
     if not quiet:
         print(f"published {Path(out) / 'index.html'}: {len(done.written)} page(s) written, "
