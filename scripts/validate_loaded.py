@@ -60,13 +60,17 @@ load_bytes = "4KiB"
 """
 
 
-def one_round(args, page: str, out: Path, tag: str) -> dict[str, float]:
+def run_suite(text: str, out: Path, tag: str):
+    """One ordinary run of the suite `text` (written to a file of its own) into `out`."""
     with tempfile.TemporaryDirectory() as d:
-        suite = Path(d) / f"validate-loaded-{page}.toml"
-        suite.write_text(SUITE.format(page=page, tier=args.tier, ws=args.working_set,
-                                      reps=args.repetitions, sample_s=args.sample_s))
-        outcome = run(RunConfig(suite=str(suite), out=str(out), label=tag))
-    r = load_run(outcome.path)
+        suite = Path(d) / "validate-loaded.toml"
+        suite.write_text(text)
+        return load_run(run(RunConfig(suite=str(suite), out=str(out), label=tag)).path)
+
+
+def one_round(args, page: str, out: Path, tag: str) -> dict[str, float]:
+    r = run_suite(SUITE.format(page=page, tier=args.tier, ws=args.working_set, reps=args.repetitions,
+                               sample_s=args.sample_s), out, tag)
     s = r.samples[r.samples["metric"] == "latency_ns"]
     per_rep = per_repetition(s, ["benchmark", "case_id"]).groupby("benchmark")["value"]
     wall = [v for c in r.meta["cases"] if c["benchmark"] == "loaded_latency"
@@ -95,13 +99,8 @@ load_bytes = "{ws}"
 
 def cxlbench_loaded(args, out: Path, tag: str) -> dict[int, tuple[float, float]]:
     """{delay: (chase ns, load GB/s)}: medians over repetitions."""
-    with tempfile.TemporaryDirectory() as d:
-        suite = Path(d) / "validate-loaded-multiload.toml"
-        suite.write_text(LOADED_SUITE.format(tier=args.tier, ws=args.working_set,
-                                             delays=args.delays, reps=args.repetitions,
-                                             sample_s=args.sample_s))
-        outcome = run(RunConfig(suite=str(suite), out=str(out), label=tag))
-    s = load_run(outcome.path).samples
+    s = run_suite(LOADED_SUITE.format(tier=args.tier, ws=args.working_set, delays=args.delays,
+                                      reps=args.repetitions, sample_s=args.sample_s), out, tag).samples
     s = s[s["delay"].notna() & (s["load_threads"] > 0)]
     got = {}
     for delay, g in s.groupby("delay"):

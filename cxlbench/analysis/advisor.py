@@ -573,12 +573,16 @@ def advise_inputs(inputs: Inputs, model: str, tiers: Sequence[str] | None = None
                   left_out, _notes(inputs, ordered, cfg, tokens, within))
 
 
-def _workload(cfg, train, offload: bool, nvme: bool = False) -> Workload:
+def _workload(cfg, train, offload: bool, nvme: bool = False, shards: int = 1,
+              recompute: bool = False) -> Workload:
+    """One GPU's step of `cfg` at `train`'s batch shape, its optimizer partition N / shards
+    stepped in the engine's chunks."""
     n = cfg.num_params()
     return Workload(n_params=n, n_params_nonembed=cfg.num_params(embeddings=False), n_layers=cfg.n_layers,
                     dim=cfg.dim, seq_len=train.seq_len, tokens_per_step=train.batch * train.seq_len,
                     grad_bytes=2, param_bytes=2, nvme_bytes=12 if nvme else 0, offload=offload,
-                    chunks=max(1, -(-n // max(1, train.chunk_params))))
+                    chunks=max(1, -(-n // (shards * max(1, train.chunk_params)))), shards=shards,
+                    recompute=recompute)
 
 
 _HOW = {

@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 from cxlbench.analysis.advisor import (ASSUMED, DATASHEET, MEASURED, AdviceError, Figure, GpuInputs, HostTier,
                                        Source, _host_tiers)
+from cxlbench.analysis.advisor import _workload as advisor_workload
 from cxlbench.results.store import Run
 from cxlbench.training.configs import model_config, train_config
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Cluster, Prediction, Rates, Workload,
@@ -213,12 +214,8 @@ class WhatIf:
 
 def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool, nvme: bool,
               recompute: bool = False) -> Workload:
-    cfg, train = model_config(model), train_config(model, batch=batch, seq_len=seq)
-    n = cfg.num_params()
-    return Workload(n_params=n, n_params_nonembed=cfg.num_params(embeddings=False), n_layers=cfg.n_layers,
-                    dim=cfg.dim, seq_len=seq, tokens_per_step=batch * seq, nvme_bytes=12 if nvme else 0,
-                    offload=offload, chunks=max(1, -(-n // (cluster.gpus * train.chunk_params))),
-                    shards=cluster.gpus, recompute=recompute)
+    return advisor_workload(model_config(model), train_config(model, batch=batch, seq_len=seq), offload, nvme,
+                            shards=cluster.gpus, recompute=recompute)
 
 
 def _node_rates(gpu: GpuInputs, tier: HostTier, scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Rates:

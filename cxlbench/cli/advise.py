@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Sequence
 
+from cxlbench.cli.argtypes import whole
 from cxlbench.cli.commands import UserError
 from cxlbench.units import format_number
 
@@ -223,16 +224,6 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
 def add_parser(sub) -> None:
     a = sub.add_parser("advise", help="where the optimizer state should live: every placement modelled "
                                       "from measured rates (and a GPU's datasheet)")
@@ -247,11 +238,11 @@ def add_parser(sub) -> None:
                    help="name the cheapest placement within this of the best tokens/s (default 10)")
     a.add_argument("--tiers", help="restrict the placements: kinds (hbm,ddr,cxl,nvme) or tier names "
                                    "(ddr0,nvme0), comma-separated; default every kind")
-    a.add_argument("--batch", type=_positive, help="sequences per step (default: the config's)")
-    a.add_argument("--seq", type=_positive, help="tokens per sequence (default: the config's)")
-    a.add_argument("--gpus", type=_positive, help="GPUs per node, the optimizer state sharded over "
+    a.add_argument("--batch", type=whole(1), help="sequences per step (default: the config's)")
+    a.add_argument("--seq", type=whole(1), help="tokens per sequence (default: the config's)")
+    a.add_argument("--gpus", type=whole(1), help="GPUs per node, the optimizer state sharded over "
                                                              "all of them (with --host: default the profile's)")
-    a.add_argument("--nodes", type=_positive, default=1, help="nodes, each a copy of the host (default 1)")
+    a.add_argument("--nodes", type=whole(1), default=1, help="nodes, each a copy of the host (default 1)")
     a.add_argument("--host", help="a server profile (cxlbench/analysis/hosts.toml: h100-8gpu-cxl) or a .toml "
                                   "file of that form: each tier's share of all-HBM tokens/s on it")
     a.add_argument("--target", type=_within, default=0.90, metavar="PERCENT",
