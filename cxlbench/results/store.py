@@ -188,30 +188,23 @@ class RunWriter:
 
     def finish(self, status: str = COMPLETE) -> Path:
         """Merge the parts into samples.parquet, then mark the run ended."""
-        frame = _read_parts(self.path)
-        _write_parquet(self.path / SAMPLES, frame)
-        self._publish(SAMPLES)
-        for part in sorted((self.path / PARTS).glob("*.parquet")):
-            part.unlink()
-            self._withdraw(f"{PARTS}/{part.name}")
-        (self.path / PARTS).rmdir()
-        self._finish_histograms()
+        self._merge_parts(PARTS, SAMPLES, _read_parts(self.path))
+        hists = _run_histograms(self.path)         # its parts, merged file not yet written
+        if hists is not None:
+            self._merge_parts(HIST_PARTS, HISTOGRAMS, hists)
         self.meta.update(status=status, ended=now_iso())
         self._save_meta()
         return self.path
 
-
-    def _finish_histograms(self) -> None:
-        parts = sorted((self.path / HIST_PARTS).glob("*.parquet"))
-        if not parts:
-            return
-        _write_parquet(self.path / HISTOGRAMS, pd.concat([pd.read_parquet(p) for p in parts],
-                                                         ignore_index=True))
-        self._publish(HISTOGRAMS)
-        for part in parts:
+    def _merge_parts(self, folder: str, target: str, frame: pd.DataFrame) -> None:
+        """`frame` (the parts of `folder` read together) written as `target`, then the
+        parts withdrawn: the merged file exists before any part goes."""
+        _write_parquet(self.path / target, frame)
+        self._publish(target)
+        for part in sorted((self.path / folder).glob("*.parquet")):
             part.unlink()
-            self._withdraw(f"{HIST_PARTS}/{part.name}")
-        (self.path / HIST_PARTS).rmdir()
+            self._withdraw(f"{folder}/{part.name}")
+        (self.path / folder).rmdir()
 
 
 def histogram_rows(run_id: str, result: CaseResult, hists: list[dict]) -> list[dict[str, Any]]:
