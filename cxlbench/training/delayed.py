@@ -86,6 +86,13 @@ class DelayedUpdate:
         self.event("update_launched", step)
         self._pending = self._pool.submit(run)
 
+    def alone(self, fn, *args):
+        """fn(*args) on the update thread with nothing beside it, its result: a probe of
+        the update as this thread runs it (its team, its CPU)."""
+        if self._pending is not None:
+            raise RuntimeError("a delayed update is still in flight: join it first")
+        return self._pool.submit(fn, *args).result()
+
     def join(self) -> UpdateTimes | None:
         future, self._pending = self._pending, None
         if future is None:

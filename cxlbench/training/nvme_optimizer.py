@@ -260,16 +260,19 @@ def file_bandwidth(opt: NvmeAdamW) -> dict[str, float]:
 
 
 def step_rate(opt: NvmeAdamW, grads: torch.Tensor, steps: int = 3,
-              before_each=None) -> list[float]:
+              before_each=None, cpu: list[float] | None = None) -> list[float]:
     """Parameters/s of whole file-backed steps, I/O and its orchestration included:
     R_opt for state on NVMe. With small chunks the step costs its per-chunk hand-offs
     between threads more than its bytes, which the file's bandwidth alone misses.
-    The state advances by `steps` steps (call it after the run's own steps)."""
+    The state advances by `steps` steps (call it after the run's own steps). cpu, when
+    given, gets each step's process CPU seconds: the update's, its reader's and writer's."""
     rates = []
     for _ in range(steps):
         if before_each is not None:
             before_each()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         opt.step(grads)
         rates.append(opt.numel / (time.perf_counter() - t0))
+        if cpu is not None:
+            cpu.append(time.process_time() - c0)
     return rates

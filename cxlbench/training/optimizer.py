@@ -210,12 +210,14 @@ def _check_updated(impl: str, before: torch.Tensor, after: torch.Tensor) -> None
 def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
           nodes: dict[str, int | None] | None = None, hyper: AdamWHyper = AdamWHyper(),
           grad_dtype: torch.dtype = torch.float32, chunk: int | None = None,
-          before_each: Callable[[], object] | None = None) -> list[float]:
+          before_each: Callable[[], object] | None = None,
+          cpu: list[float] | None = None) -> list[float]:
     """Parameters per second of one AdamW step over n_params, one figure per step.
     nodes places p (params), m/v (optimizer) and g (grads) like the training run;
     chunk steps them in chunks as the engine does (default: one chunk); before_each
     runs untimed before every step (the run evicts the caches, as its forward and
-    backward do: state that fits the LLC would otherwise step hot and read fast)."""
+    backward do: state that fits the LLC would otherwise step hot and read fast).
+    cpu, when given, gets each timed step's process CPU seconds (every thread's)."""
     from cxlbench.training.placement import HostArena
 
     nodes = nodes or {}
@@ -239,12 +241,14 @@ def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
             before = p[::_SPOT].clone()
             if before_each is not None:
                 before_each()
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             opt.step(g)
-            dt = time.perf_counter() - t0
+            dt, dc = time.perf_counter() - t0, time.process_time() - c0
             _check_updated(impl, before, p[::_SPOT])
             if i >= warmup:
                 rates.append(n_params / dt)
+                if cpu is not None:
+                    cpu.append(dc)
         return rates
     finally:
         for a in arenas:

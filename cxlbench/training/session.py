@@ -7,6 +7,7 @@ samples; tests call `run` directly on small configs.
 """
 from __future__ import annotations
 
+import functools
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -282,7 +283,7 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
     f_eff = probes.matmul_flops(engine.device, dtype, tokens, cfg.dim, cfg.ffn_hidden)
     peak = probes.peak_matmul_flops(engine.device, dtype)
     n = min(engine.numel, PROBE_MAX_PARAMS)
-    d2h = h2d = opt = nvme_r = nvme_w = None
+    d2h = h2d = opt = opt_cpu = nvme_r = nvme_w = None
     if spec.engine == "offload":
         # the engine's own copies: one per parameter tensor down, one per chunk back
         d2h = probes.copy_spans_Bps(engine.grads, engine.flat, _capped([(o, k) for _, o, k in engine.spans], n))
@@ -290,16 +291,24 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
         chunks = [(s, e - s) for s, e in (engine.nvme or engine.host_opt).bounds]
         h2d = probes.copy_spans_Bps(engine.flat, src, _capped(chunks, n))
         evict = probes.evictor(spec.evict_bytes)
+        cpu: list[float] = []         # each probe step's process CPU seconds
+        stepped = n
         if engine.nvme is None:
-            opt = statistics.median(adamw_probe(n, spec.impl, steps=5, nodes=_state_nodes(spec),
-                                                hyper=hyper_of(train), grad_dtype=dtype,
-                                                chunk=engine.chunk, before_each=evict))
+            probe = functools.partial(adamw_probe, n, spec.impl, steps=5, nodes=_state_nodes(spec),
+                                      hyper=hyper_of(train), grad_dtype=dtype, chunk=engine.chunk,
+                                      before_each=evict, cpu=cpu)
         else:
-            from cxlbench.training.nvme_optimizer import file_bandwidth, step_rate
+            from cxlbench.training.nvme_optimizer import step_rate
             # the state is in the file: R_opt is the file-backed step's own rate, its
             # waits for I/O included (with small chunks they cost more than the bytes);
             # taken before the bandwidth probe, whose closing fsync slowed it 2-3x
-            opt = statistics.median(step_rate(engine.nvme, engine.grads, steps=5, before_each=evict))
+            stepped = engine.nvme.numel
+            probe = functools.partial(step_rate, engine.nvme, engine.grads, steps=5, before_each=evict, cpu=cpu)
+        # with DPU the update runs on a thread of its own, with its own team: probe it there
+        opt = statistics.median(engine.dpu.alone(probe) if engine.dpu is not None else probe())
+        opt_cpu = stepped / statistics.median(cpu) if cpu and min(cpu) > 0 else None
+        if engine.nvme is not None:
+            from cxlbench.training.nvme_optimizer import file_bandwidth
             bw = file_bandwidth(engine.nvme)
             nvme_r, nvme_w = bw["read_GBps"] * 1e9, bw["write_GBps"] * 1e9
     elif spec.engine == "none":          # the engine's own optimizer on its own tensors
@@ -310,7 +319,7 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
         d2h, h2d = probes.copy_Bps(host, dev), probes.copy_Bps(dev, host)
         del host, dev
         opt = statistics.median(adamw_probe(n, "foreach" if engine.impl == "foreach" else "fused", steps=3))
-    return Rates(f_eff, d2h, h2d, opt, nvme_r, nvme_w), peak
+    return Rates(f_eff, d2h, h2d, opt, nvme_r, nvme_w, opt_cpu_params_per_s=opt_cpu), peak
 
 
 def _capped(spans: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:

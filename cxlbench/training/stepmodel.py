@@ -27,9 +27,13 @@ How the terms add up depends on what the engine overlaps:
       step stale, so the two chains overlap and the longer one sets the step:
       step = max(compute + max(0, d2h - 2/3·compute), max(optimizer, nvme, h2d) + h2d/chunks)
   - "dpu-shared": the same on a CPU run: the update runs in a thread of its own, but on
-      the cores the forward and backward use, so CPU work adds up again; only the NVMe
-      I/O, which waits on the device rather than a core, can hide behind it:
-      step = max(compute + d2h + h2d + optimizer, nvme)
+      the cores the forward and backward use. Its CPU time (optimizer_cpu: every
+      thread's CPU seconds of the update as its own thread runs it, I/O waits not) adds
+      to the compute whole, not spread over the cores: the forward and backward's
+      OpenMP team moves at its slowest thread's pace, and the thread the update
+      preempts holds the others at the next barrier. Its waits on the device can hide;
+      the update's whole time (optimizer, measured on its thread, waits in) must fit:
+      step = max(compute + d2h + h2d + optimizer_cpu, optimizer, nvme)
   - "streamed": the parameters themselves live on the host (ZeRO-3/ZeRO-Infinity's
       parameter offload): each forward and backward fetches them (param_bytes counts
       every fetch: 6 = bf16 three times with recomputation) and sends the gradients
@@ -82,6 +86,7 @@ class Rates:
     nvme_read_Bps: float | None = None
     nvme_write_Bps: float | None = None
     compute_s: float | None = None  # forward + backward from the compute probe (replay.py)
+    opt_cpu_params_per_s: float | None = None   # R_opt per CPU second (every thread's, waits not)
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,8 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
         terms["h2d"] = w.param_bytes * n / r.h2d_Bps
     if r.opt_params_per_s:
         terms["optimizer"] = n / r.opt_params_per_s
+    if r.opt_cpu_params_per_s and overlap == "dpu-shared":
+        terms["optimizer_cpu"] = n / r.opt_cpu_params_per_s
     if w.nvme_bytes and r.nvme_read_Bps and r.nvme_write_Bps:
         terms["nvme"] = w.nvme_bytes * n / r.nvme_read_Bps + w.nvme_bytes * n / r.nvme_write_Bps
     c, d2h, h2d = terms["compute"], terms.get("d2h", 0.0), terms.get("h2d", 0.0)
@@ -198,7 +205,7 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     elif overlap == "dpu":
         step = max(c + max(0.0, d2h - 2 * c / 3), _host_chain(w, opt, nvme, h2d))
     elif overlap == "dpu-shared":
-        step = max(c + d2h + h2d + opt, nvme)
+        step = max(c + d2h + h2d + terms.get("optimizer_cpu", opt), opt, nvme)
     elif overlap == "streamed":
         step = max(c, d2h + h2d) + max(opt, nvme)
     else:
