@@ -75,6 +75,25 @@ def test_the_histograms_mean_is_the_exact_mean_within_half_a_bucket(chain):
     assert d.mean_ns() == pytest.approx(exact, rel=1 / 256)
 
 
+def test_the_mean_figure_leaves_out_the_windows_the_thread_lost_and_the_wall_mean_keeps_them():
+    """A window the thread lost holds time no load waited on memory: 1000 kept blocks of
+    820 ns and 64 lost ones that took 50 µs each (another thread ran)."""
+    d = Distribution(8, 20.0, [816], [8], [1000], 1000, 820_000, 830, lost_blocks=64, lost_ns=64 * 50_000)
+    assert d.exact_mean() == pytest.approx((820 - 20) / 8)                      # 100 ns per load
+    assert d.wall_mean() == pytest.approx((820_000 + 3_200_000 - 1064 * 20) / (1064 * 8))
+    assert d.wall_mean() > 4 * d.exact_mean()
+    assert d.mean_ns() == pytest.approx(d.exact_mean(), rel=1 / 128)            # the histogram agrees
+
+
+def test_a_chase_with_no_window_held_has_no_mean_figure(monkeypatch, chain):
+    """Every window lost: the repetition gives no latency, rather than the wall clock's."""
+    lost = {"kept": {"n": 0, "sum_ns": 0, "max_ns": 0, "buckets": []}, "k": 8, "overhead_ns": 19.0,
+            "lost_blocks": 640, "lost_ns": 10**6}
+    monkeypatch.setattr(_native, "chase_dist", lambda *a: lost)
+    mean, d = tails.timed_distribution(chain(1 << 16), 1 << 14)
+    assert mean is None and d.lost_blocks == 640 and d.wall_mean() > 0
+
+
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: one chases, one loads")
 def test_loaded_latency_counts_its_kept_blocks_into_the_histogram(chain):
     head = chain(1 << 16)

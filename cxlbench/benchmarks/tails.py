@@ -90,6 +90,16 @@ class Distribution:
         total = sum(c * (lo + (w - 1) / 2) for lo, w, c in zip(self.lower, self.width, self.count))
         return self.per_load(total / self.n)
 
+    def exact_mean(self) -> float:
+        """Mean ns per load of the kept blocks from their exact sum (not the buckets)."""
+        return (self.sum_ns - self.n * self.overhead_ns) / (self.n * self.k) if self.n else math.nan
+
+    def wall_mean(self) -> float:
+        """Mean ns per load over every block, kept or lost: the plain wall clock, as a
+        chase that does not watch its CPU (multichase, lmbench) reports it."""
+        blocks = self.n + self.lost_blocks
+        return (self.sum_ns + self.lost_ns - blocks * self.overhead_ns) / (blocks * self.k) if blocks else math.nan
+
     def percentiles(self) -> dict[str, float]:
         out = {name: self.per_load(self.block_at(p)) for name, p in PERCENTILES}
         out["max_ns"] = self.per_load(self.max_ns) if self.n else math.nan
@@ -116,19 +126,20 @@ def block_loads(ns_per_load: float) -> int:
     return max(K_MIN, math.ceil(BLOCK_NS / ns_per_load))
 
 
-def timed_distribution(head: int, loads: int) -> tuple[float, Distribution]:
+def timed_distribution(head: int, loads: int) -> tuple[float | None, Distribution]:
     """The chain from head timed in blocks, about `loads` loads (a short untimed
-    pass first picks k): (the mean figure, the distribution). The mean figure is
-    the wall clock over every block, kept or lost, less the clock's cost per
-    block, per load — what the plain chase reports; the distribution has the
-    kept blocks only."""
+    pass first picks k): (the mean figure, the distribution). Both are over the kept
+    blocks, those of sub-windows in which the thread held its CPU: a window it lost
+    holds time no load was waiting on memory (another thread ran, or the hypervisor
+    ran another guest), and counting it would add the machine's contention to the
+    memory's latency (as loaded_latency's chase figure does not either). The mean
+    figure is their sum less the clock's cost per block, per load; None when no
+    block was kept. The wall clock over every block is wall_mean()."""
     from cxlbench import _native
     probe = min(loads, 1 << 16)
     k = block_loads(_native.chase_run([head], probe) / probe)
     d = Distribution.from_native(_native.chase_dist(head, k, max(loads // k, 1)))
-    blocks = d.n + d.lost_blocks
-    mean = (d.sum_ns + d.lost_ns - blocks * d.overhead_ns) / (blocks * k)
-    return mean, d
+    return (d.exact_mean() if d.n else None), d
 
 
 def floor_distribution(buf_addr: int, tier: Distribution, tier_ns: float, seed: int) -> Distribution:
