@@ -14,9 +14,15 @@ experiment, `-c chaseload -l stream-sum -t 2`: one chase thread and one read
 load thread at full injection. Interleaved rounds (the tool that goes first
 alternates), both on CPUs 0-1 (multiload under taskset; cxlbench's family
 chases on the tier's first CPU and loads from the second), same working set
-for the chase and for the load, 4 KiB pages; cxlbench also at --delays.
+for the chase and for the load, 4 KiB pages; cxlbench also at --delays. Two
+loads that move different bandwidths put the chase at different points of a
+curve that is steep near saturation, so each multiload is also compared with
+cxlbench's chase at multiload's own load bandwidth (interpolated on cxlbench's
+delays in the same round). multiload's Makefile builds without -march (SSE2
+loads); cxlbench's read load uses AVX2: give a second multiload built with
+-march=native -mprefer-vector-width=256 to compare vector width alike.
 
-    .venv/bin/python scripts/validate_loaded.py --multiload /path/to/multiload \
+    .venv/bin/python scripts/validate_loaded.py --multiload ML[,ML_AVX2] \
         [--rounds 5] [--working-set 512MiB] [--delays 0,2,8]
 
 Prints per round and page size the medians over repetitions of: the latency
@@ -109,14 +115,14 @@ def cxlbench_loaded(args, out: Path, tag: str) -> dict[int, tuple[float, float]]
     return got
 
 
-def multiload(args) -> tuple[float, float]:
+def multiload(args, binary: str) -> tuple[float, float]:
     """(chase ns, the load thread's GB/s) of one multiload run: the medians over its
     0.5 s samples (-v prints each; a median, so one sample in which another
     process took a CPU does not decide it, as cxlbench keeps only sub-windows in
     which its threads held their CPUs). A uniformly random chase over 64-byte
     lines (-s 64, one TLB group as large as the arena), its own 4 KiB pages."""
     m = args.working_set.lower().replace("ib", "")
-    cmd = ["taskset", "-c", "0-1", args.multiload, "-c", "chaseload", "-l", "stream-sum",
+    cmd = ["taskset", "-c", "0-1", binary, "-c", "chaseload", "-l", "stream-sum",
            "-t", "2", "-m", m, "-s", "64", "-T", m, "-a", "-v", "-n", str(args.samples)]
     text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     chase = [float(x) for x in re.findall(r"sample_no=\d+\s+avg=([\d.]+)\(ns\)", text)]
@@ -126,28 +132,51 @@ def multiload(args) -> tuple[float, float]:
     return statistics.median(chase), statistics.median(mibs) * 2**20 / 1e9
 
 
+def at_bandwidth(curve: dict[int, tuple[float, float]], gbps: float) -> float | None:
+    """cxlbench's chase ns at `gbps` of load, linear between the two points of its
+    curve (delay -> (ns, GB/s)) whose bandwidths bracket it; None outside the curve.
+    A chase near saturation moves steeply with the load, so two tools whose loads
+    differ are compared at the same load, not at the same setting."""
+    pts = sorted((bw, ns) for ns, bw in curve.values())
+    for (b0, n0), (b1, n1) in zip(pts, pts[1:]):
+        if b0 <= gbps <= b1 and b1 > b0:
+            return n0 + (n1 - n0) * (gbps - b0) / (b1 - b0)
+    return None
+
+
 def against_multiload(args) -> None:
+    """Rounds of every multiload binary given and cxlbench's delays, interleaved (the
+    tool that goes first alternates), then each binary's medians beside cxlbench's
+    at every delay and at the binary's own load bandwidth."""
     out = Path(args.out)
     delays = [int(d) for d in args.delays.split(",")]
+    binaries = args.multiload.split(",")
     rows = []
-    print(f"{'round':>5} {'multiload ns':>12} {'GB/s':>6} " +
-          " ".join(f"{'d' + str(d) + ' ns':>8} {'GB/s':>6}" for d in delays), flush=True)
+    print(f"{'round':>5} " + " ".join(f"{'ml' + str(b) + ' ns':>8} {'GB/s':>6}" for b in range(len(binaries)))
+          + " " + " ".join(f"{'d' + str(d) + ' ns':>8} {'GB/s':>6}" for d in delays), flush=True)
     for i in range(1, args.rounds + 1):
         first_mc = i % 2 == 1
-        mc = multiload(args) if first_mc else None
+        mc = [multiload(args, b) for b in binaries] if first_mc else None
         cx = cxlbench_loaded(args, out, f"multiload-round{i}")
         if not first_mc:
-            mc = multiload(args)
+            mc = [multiload(args, b) for b in binaries]
         rows.append((mc, cx))
-        print(f"{i:>5} {mc[0]:12.1f} {mc[1]:6.2f} " +
+        print(f"{i:>5} " + " ".join(f"{ns:8.1f} {bw:6.2f}" for ns, bw in mc) + " " +
               " ".join(f"{cx[d][0]:8.1f} {cx[d][1]:6.2f}" for d in delays), flush=True)
-    med = lambda xs: statistics.median(xs)
-    mc_ns, mc_bw = med(r[0][0] for r in rows), med(r[0][1] for r in rows)
-    print(f"\nmedian of {args.rounds} rounds: multiload chase {mc_ns:.1f} ns, load {mc_bw:.2f} GB/s")
-    for d in delays:
-        ns, bw = med(r[1][d][0] for r in rows), med(r[1][d][1] for r in rows)
-        print(f"cxlbench delay {d}: chase {ns:.1f} ns ({ns / mc_ns:.2f}x multiload), "
-              f"load {bw:.2f} GB/s ({bw / mc_bw:.2f}x multiload)")
+    med = statistics.median
+    for k, binary in enumerate(binaries):
+        mc_ns, mc_bw = med(r[0][k][0] for r in rows), med(r[0][k][1] for r in rows)
+        print(f"\nml{k} = {binary}, median of {args.rounds} rounds: chase {mc_ns:.1f} ns, load {mc_bw:.2f} GB/s")
+        for d in delays:
+            ns, bw = med(r[1][d][0] for r in rows), med(r[1][d][1] for r in rows)
+            print(f"  cxlbench delay {d}: chase {ns:.1f} ns ({ns / mc_ns:.2f}x), load {bw:.2f} GB/s "
+                  f"({bw / mc_bw:.2f}x)")
+        matched = [(at_bandwidth(r[1], r[0][k][1]), r[0][k][0]) for r in rows]
+        ratios = [ns / mc for ns, mc in matched if ns is not None]
+        per = ", ".join("outside" if ns is None else f"{ns / mc:.2f}" for ns, mc in matched)
+        if ratios:
+            print(f"  cxlbench's chase at ml{k}'s load, same round: {med(ratios):.2f}x ml{k}'s chase "
+                  f"(rounds: {per})")
 
 
 def main() -> None:
@@ -159,7 +188,8 @@ def main() -> None:
     ap.add_argument("--repetitions", type=int, default=5)
     ap.add_argument("--sample-s", type=float, default=0.2)
     ap.add_argument("--out", default="validation-out/loaded")
-    ap.add_argument("--multiload", help="multiload binary: check loaded points against it")
+    ap.add_argument("--multiload", help="multiload binaries, comma-separated (e.g. the shipped build and one "
+                    "built -march=native, vector width alike): check loaded points against each")
     ap.add_argument("--delays", default="0,2,8", help="cxlbench's delays beside multiload")
     ap.add_argument("--samples", type=int, default=5, help="multiload's 0.5 s samples")
     args = ap.parse_args()
