@@ -119,3 +119,16 @@ def test_the_last_extra_processes_go_to_the_cases_nearest_their_target():
 def test_a_case_too_long_for_the_time_left_gives_way_to_a_shorter_one():
     served, stopped = extra_passes([planned_case(50.0), planned_case(1.0)], [0.06, 0.30], 2.5)
     assert served == [1, 1] and stopped == "the time budget"
+
+
+def test_the_far_tail_is_not_what_a_cases_precision_speaks_of():
+    from cxlbench.benchmarks.tails import FAR_TAIL
+    mean = [100.0, 104.0, 96.0, 102.0, 98.0]
+    max_ns = [900.0, 9000.0, 1500.0, 30000.0, 2000.0]        # one interrupt in one process
+    r = CaseResult(Case("x", "cpu:node0", "ddr0", "ddr"), "ok",
+                   samples=[Sample("latency_ns", v, i) for i, v in enumerate(mean)] +
+                           [Sample("max_ns", v, i) for i, v in enumerate(max_ns)] +
+                           [Sample("p50_ns", v - 3, i) for i, v in enumerate(mean)])
+    assert case_precision(r) > 1.0                                   # judged, the max decides
+    assert case_precision(r, skip=FAR_TAIL) == pytest.approx(0.04, rel=0.1)   # the mean and p50 do
+    assert "p50_ns" not in FAR_TAIL and {"p99_ns", "max_ns", "floor_p99_9_ns"} <= FAR_TAIL

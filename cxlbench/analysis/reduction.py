@@ -182,12 +182,19 @@ def precision(pts: pd.DataFrame) -> pd.Series:
     return p.where((pts["n"] >= 2) & np.isfinite(p))
 
 
-def case_precision(result: Any) -> float:
+def case_precision(result: Any, skip: frozenset[str] = frozenset()) -> float:
     """How precise a case's figures are so far (a CaseResult's samples): the worst
     of its points' precisions; NaN when no point can say yet. The runner asks it to
-    decide whether a case needs another process (adaptive repetitions)."""
+    decide whether a case needs another process (adaptive repetitions).
+
+    skip: metrics not judged. A distribution's far tail (a p99.99 or a max is one
+    interrupt in one process) moves 2-20x between processes where its mean moves a
+    few percent; judged here it would be the worst of every latency case, so the
+    line `cxlbench run` prints would speak of it alone and a precision target would
+    spend the whole cap chasing it. Tails are judged by compare and gate with their
+    own noise instead."""
     rows = [{"run_id": "", "case_id": "", "metric": s.metric, "value": s.value,
-             "repetition": s.repetition, **s.params} for s in result.samples]
+             "repetition": s.repetition, **s.params} for s in result.samples if s.metric not in skip]
     if not rows:
         return math.nan
     p = precision(points(repetitions(pd.DataFrame(rows))))

@@ -39,6 +39,9 @@ FLOOR_OF = {"p99_ns": "floor_p99_ns", "p99_9_ns": "floor_p99_9_ns", "p99_99_ns":
 TAIL_METRICS = tuple(Metric(name, "ns", "lower") for name, _ in PERCENTILES) + (
     Metric("max_ns", "ns", "lower"),)
 FLOOR_METRICS = tuple(Metric(name, "ns", "lower") for name in FLOOR_OF.values())
+#: The figures a precision target does not chase (analysis.reduction.case_precision):
+#: everything beyond the median, and the floor's.
+FAR_TAIL = frozenset(m.name for m in TAIL_METRICS + FLOOR_METRICS if m.name != "p50_ns")
 #: Where a family leaves its histograms for the store's side table (histograms.parquet).
 HISTOGRAMS = "histograms"
 

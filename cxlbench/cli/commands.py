@@ -3,6 +3,7 @@ argument parser calls them, and so do the tests."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 
@@ -55,6 +56,7 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         raise UserError(f"--out {out} is a file, not a results directory")
     from cxlbench.analysis import ThresholdError
     from cxlbench.analysis.reduction import case_precision
+    from cxlbench.benchmarks.tails import FAR_TAIL
     from cxlbench.analysis.thresholds import parse_fraction
     try:
         target = parse_fraction(precision, "--precision") if precision is not None else None
@@ -62,8 +64,8 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         raise UserError(str(e)) from None
     config = RunConfig(suite, list(declarations), label, out, root, command=list(command),
                        time_budget_s=budget, find_max=find_max, precision=target,
-                       precision_of=case_precision, configuration=configuration, configuration_of=derive,
-                       wait=wait)
+                       precision_of=partial(case_precision, skip=FAR_TAIL), configuration=configuration,
+                       configuration_of=derive, wait=wait)
     try:
         if list_only:                 # the plan `run` would measure, planned the same way
             shown = set()
