@@ -73,3 +73,13 @@ def test_loaded_latency_draws_its_p99_curve_beside_the_mean(tmp_path):
     html = render_run_html(load_run(write_run(tmp_path / "results", results, m=m, tiers=tiers)))
     assert "Loaded latency · p99 vs bandwidth" in html
     assert "Loaded latency · latency vs bandwidth" in html
+
+
+def test_the_cdfs_time_axis_is_labelled_in_decades_of_ns():
+    import re
+    from cxlbench.report.plots import Chart, Series, render
+    xs, ys = [130.0, 400.0, 2000.0, 9000.0, 30000.0], [1, 0.1, 0.01, 0.001, 1e-4]
+    ticks = lambda **kw: re.findall(r"<text[^>]*>([^<]*)</text>", render(
+        Chart("cdf", "ns per load", "share slower", [Series("ddr0", xs, ys)], logx=True, logy=True, **kw), "t"))
+    assert ticks(logx_base=10)[:3] == ["100", "1,000", "10,000"]
+    assert not any("e4" in t for t in ticks(logx_base=10))     # base 2 labelled 32 µs "3.2768e4"

@@ -56,7 +56,7 @@ def latency_cdfs(hists: pd.DataFrame, maker) -> list[dict]:
         title = (f"Latency distribution · {target} · {page} pages · "
                  f"{format_size(float(g['working_set_bytes'].iloc[0]))}")
         chart = Chart(title, "ns per load (block of k loads; log)", "share of blocks slower (log)",
-                      series, logx=True, logy=True)
+                      series, logx=True, logx_base=10, logy=True)
         out.append({"svg": maker.svg(chart), "title": title, "wide": False})
     return out
 

@@ -67,6 +67,7 @@ class Chart:
     series: list[Series]
     x_bytes: bool = False            # x is a size in bytes: log2 axis, KiB/MiB/GiB ticks
     logx: bool = False
+    logx_base: int = 2               # 10 for a time axis: decades (100, 1,000 ns) read at a glance
     logy: bool = False
     y_from_zero: bool = False
     marks: list[tuple[float, str]] = field(default_factory=list)    # vertical lines (cache sizes)
@@ -84,6 +85,11 @@ def _fmt_tick(v: float, _pos=None) -> str:
         mant = v / 10**exp
         return f"{mant:g}e{exp}"
     return f"{v:g}"
+
+
+def _fmt_decade(v: float, _pos=None) -> str:
+    """100, 1,000, 10,000: a log10 axis's labels in full, where 1e4 would read as code."""
+    return f"{v:,.0f}" if 1 <= v < 1e7 else _fmt_tick(v)
 
 
 def _byte_ticks(lo: float, hi: float) -> list[float]:
@@ -133,8 +139,8 @@ def _draw_lines(ax, chart: Chart) -> None:
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_size(v)))
     elif chart.logx and xs_all and min(xs_all) > 0:
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(FuncFormatter(_fmt_tick))
+        ax.set_xscale("log", base=chart.logx_base)
+        ax.xaxis.set_major_formatter(FuncFormatter(_fmt_decade if chart.logx_base == 10 else _fmt_tick))
     elif xs_all and all(float(x).is_integer() for x in xs_all) and len(set(xs_all)) <= 16:
         ax.xaxis.set_major_locator(FixedLocator(sorted(set(xs_all))))     # threads: 1, 2, 4, ...
         ax.xaxis.set_minor_locator(NullLocator())
