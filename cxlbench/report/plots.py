@@ -16,7 +16,7 @@ from typing import Sequence
 import matplotlib
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 from cxlbench.units import format_count, format_size
 
@@ -141,6 +141,7 @@ def _draw_lines(ax, chart: Chart) -> None:
     elif chart.logx and xs_all and min(xs_all) > 0:
         ax.set_xscale("log", base=chart.logx_base)
         ax.xaxis.set_major_formatter(FuncFormatter(_fmt_decade if chart.logx_base == 10 else _fmt_tick))
+        ax.xaxis.set_minor_formatter(NullFormatter())     # base 10's minor ticks: no "2×10²" labels
     elif xs_all and all(float(x).is_integer() for x in xs_all) and len(set(xs_all)) <= 16:
         ax.xaxis.set_major_locator(FixedLocator(sorted(set(xs_all))))     # threads: 1, 2, 4, ...
         ax.xaxis.set_minor_locator(NullLocator())
