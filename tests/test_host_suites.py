@@ -368,6 +368,16 @@ def test_one_chain_latency_has_its_distribution_floor_and_mean_check_here(here):
     assert all(c["timer_overhead_ns"] > 0 and c["k"] >= tails.K_MIN for c in checks)
 
 
+def test_a_latency_case_that_kept_no_window_is_skipped_with_why_not_ok_and_empty(here, monkeypatch):
+    from cxlbench.benchmarks import latency
+    from cxlbench.benchmarks.base import Skip
+    lost = tails.Distribution(8, 19.0, [], [], [], 0, 0, 0, lost_blocks=640, lost_ns=10**6)
+    monkeypatch.setattr(tails, "timed_distribution", lambda *a: (None, lost))
+    planned = plan(latency, spec(repetitions=2, working_set=["4MiB"]), here)
+    with pytest.raises(Skip, match="no repetition kept a window"):
+        measure(latency, planned, here)
+
+
 def test_page_size_measures_both_probes_here(here):
     planned = plan(page_size, spec(repetitions=1, page=["thp"], working_set=["4MiB"],
                                   array_bytes="8MiB", iterations=2), here)

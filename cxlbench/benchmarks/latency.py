@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cxlbench.benchmarks import tails
-from cxlbench.benchmarks.base import Env, Headline, Planned, Show, cpu_held, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.base import (Env, Headline, Planned, Show, Skip, cpu_held, host_pairs, metrics, place,
+                                     sweep)
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, resolve_sizes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
@@ -145,6 +146,10 @@ def chase(case: Case, env: Env, info: dict, line_bytes: int, window_bytes: int =
         if distribution:
             samples += _tails(dist, mean_ns, tier.node, rep, found, info, seed=case.seed(rep))
     info["cpu"] = initiator.cpus[0]
+    if distribution and not any(s.metric == "latency_ns" for s in samples):
+        # every repetition measured someone else's time: a figure would be theirs
+        raise Skip(f"no repetition kept a window in which the chase held CPU {initiator.cpus[0]}: another "
+                   f"process ran there throughout; measure when it is free")
     return samples
 
 
