@@ -38,6 +38,7 @@ def test_a_need_is_the_least_rate_that_reaches_the_target():
     gpu, host = _h100(), load_host("h100-8gpu-cxl")
     cluster = Cluster(8, 1)
     w = whatif(gpu, host, "70b", cluster, batch=4)
+    cluster = w.cluster                  # with the links the GPUs exchange gradients over
     checked = 0
     for row in w.rows[1:]:
         tier = host.tiers[row.tier]
@@ -158,3 +159,48 @@ def test_activation_checkpointing_costs_a_third_more_compute_and_keeps_only_laye
     saved = (ACTIVATION_BYTES - CHECKPOINT_BYTES) * tokens * cfg.dim * cfg.n_layers - ACTIVATION_BYTES * tokens * cfg.dim
     assert plain.rows[1].device_bytes - ckpt.rows[1].device_bytes == saved
     assert ckpt.rows[1].device_bytes <= ckpt.capacity_bytes < plain.rows[1].device_bytes
+
+
+def test_the_gpus_of_a_job_exchange_gradients_and_parameters_at_the_rings_bus_bandwidth():
+    from cxlbench.training.stepmodel import Workload, predict
+    w = Workload(n_params=8 * 10**9, n_params_nonembed=8 * 10**9, n_layers=32, dim=4096, seq_len=2048,
+                 tokens_per_step=2048, shards=8, chunks=4)
+    node = Rates(flops_per_s=4e14, d2h_Bps=55e9, h2d_Bps=55e9, opt_params_per_s=8e9)
+    r = per_gpu(node, Cluster(8, 1, gpu_link_Bps=450e9))
+    hbm = predict(w, r, "none")
+    ring = 2 * 8e9 * 7 / 8 / 450e9                                  # bf16, (G-1)/G of it, per GPU
+    assert hbm.terms["reduce_scatter"] == pytest.approx(ring) and hbm.terms["all_gather"] == pytest.approx(ring)
+    c = hbm.terms["compute"]
+    # the reduce-scatter runs in backward (it hides behind ⅔ of the compute); the gather follows the update
+    assert hbm.terms["optimizer"] == pytest.approx(1.0)          # its 1/8 of the state at 1/8 of the rate
+    assert hbm.step_s == pytest.approx(c + max(0, ring - 2 * c / 3) + 1.0 + ring)
+    dpu = predict(w, r, "dpu")                        # the gather joins the update's chain
+    chain = max(dpu.terms["optimizer"], dpu.terms["h2d"]) + dpu.terms["h2d"] / 4 + ring
+    assert dpu.step_s == pytest.approx(max(c + max(0, max(dpu.terms["d2h"], ring) - 2 * c / 3), chain))
+    assert "reduce_scatter" not in predict(replace(w, shards=1), per_gpu(node, Cluster(1, 1, 450e9)), "none").terms
+
+
+def test_across_nodes_the_ring_runs_at_the_lower_of_a_gpus_link_and_its_nodes_network():
+    assert Cluster(8, 2, gpu_link_Bps=450e9, node_link_Bps=400e9).collective_Bps == 400e9
+    assert Cluster(8, 1, gpu_link_Bps=450e9, node_link_Bps=400e9).collective_Bps == 450e9   # no network crossed
+    assert Cluster(8, 2, gpu_link_Bps=450e9).collective_Bps is None         # a link the ring uses is unknown
+    assert Cluster(1, 4, node_link_Bps=50e9).collective_Bps == 50e9
+    assert Cluster(1, 1, 450e9, 400e9).collective_Bps is None               # one GPU exchanges nothing
+
+
+def test_a_job_across_nodes_needs_the_nodes_network_and_says_so_in_one_line(tmp_path, capsys):
+    mine = tmp_path / "lab.toml"
+    mine.write_text('gpus = 8\ncores = 64\n[ddr]\nbandwidth_GBps = 300\n')
+    code, out, err = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--nodes", "2", "--host",
+                             str(mine))
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "network_GBps" in err, err
+    code, out, _ = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--host", str(mine))
+    assert code == 0 and "all-gather s" in out           # one node: the NVLink alone, no network needed
+    assert "datasheet  GPU ↔ GPU link (NVLink): 450 GB/s" in out
+
+
+def test_gpus_without_a_link_figure_are_not_priced_as_if_they_exchanged_nothing():
+    with pytest.raises(AdviceError, match="GPU-to-GPU link"):
+        whatif(replace(_h100(), peer=None), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1))
+    one = whatif(replace(_h100(), peer=None), load_host("h100-8gpu-cxl"), "70b", Cluster(1, 1))
+    assert "all_gather" not in one.hbm.plain.terms                   # one GPU: nothing to exchange

@@ -92,6 +92,8 @@ class GpuSpec:
     pcie_gen: int
     host_GBps: float
     host_source: str
+    nvlink_GBps: float
+    nvlink_source: str
     source: str
     url: str = ""
     host_url: str = ""
@@ -133,13 +135,14 @@ class GpuInputs:
     extra: list[Figure] = field(default_factory=list)   # peak, MFU, HBM bandwidth: what F_eff/adamw came from
     config: str | None = None    # measured: the config whose shapes F_eff was probed at
     datasheet: bool = False
+    peer: Figure | None = None   # the link to the other GPUs (NVLink), per direction
 
     def figures(self) -> list[Figure]:
         """Every GPU input, in a reader's order: what compute costs, what fits, the copies."""
         before = [f for f in self.extra if f.unit != "GB/s"]       # peak, MFU: what F_eff came from
         after = [f for f in self.extra if f.unit == "GB/s"]        # HBM bandwidth: what AdamW came from
         return [*before, self.flops, self.hbm, *after, *([self.adamw] if self.adamw else []),
-                self.d2h, self.h2d]
+                self.d2h, self.h2d, *([self.peer] if self.peer else [])]
 
 
 @dataclass
@@ -385,8 +388,11 @@ def _gpu_from_datasheet(spec: GpuSpec, mfu: float, runs: Sequence[Run]) -> GpuIn
                       spec.host_url)
         d2h = Figure("device → host copy (d2h)", spec.host_GBps, "GB/s", host, "a practical rate, not the link's")
         h2d = Figure("host → device copy (h2d)", spec.host_GBps, "GB/s", host, "a practical rate, not the link's")
+    peer = Figure("GPU ↔ GPU link (NVLink)", spec.nvlink_GBps, "GB/s",
+                  Source(DATASHEET, f"gpus.toml [{spec.name}]: {spec.nvlink_source}", spec.url),
+                  "per direction; the link's rate, not a collective's")
     return GpuInputs(f"{spec.name} ({spec.title}, datasheet)", flops, hbm, d2h, h2d, adamw,
-                     [peak, mfu_fig, hbm_bw], datasheet=True)
+                     [peak, mfu_fig, hbm_bw], datasheet=True, peer=peer)
 
 
 def _check_model(model: str) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -42,11 +42,13 @@ PER_CORE_SOURCE = Source(PAPER, "ZeRO-Offload (Ren et al., ATC 2021) Table 4: CP
                                 "2.57 s on 2× Xeon Platinum 8168 (48 cores): 81 M params/s per core")
 HOST_TIERS = ("ddr", "cxl", "nvme")
 #: How a row's terms add up, for the reader (training/stepmodel.py)
-COMBINE_DPU = ("without DPU, step = compute + max(0, d2h − ⅔·compute) + max(optimizer, nvme, h2d) + h2d/chunks; "
-               "with DPU, step = max(compute + max(0, d2h − ⅔·compute), max(optimizer, nvme, h2d) + h2d/chunks); "
-               "all-HBM: compute + optimizer")
+COMBINE_DPU = ("without DPU, step = compute + max(0, max(d2h, reduce-scatter) − ⅔·compute) + max(optimizer, nvme, "
+               "h2d) + h2d/chunks + all-gather; with DPU, step = max(compute + max(0, max(d2h, reduce-scatter) − "
+               "⅔·compute), max(optimizer, nvme, h2d) + h2d/chunks + all-gather); all-HBM: compute + max(0, "
+               "reduce-scatter − ⅔·compute) + optimizer + all-gather")
 #: What the model leaves out, said wherever its figures are shown
-LEFT_OUT = ("the gradients' reduce-scatter and the parameters' all-gather between GPUs (NVLink, InfiniBand); "
+LEFT_OUT = ("the collectives' latency and algorithm efficiency (the GPUs' exchange is priced at the links' "
+            "rates: a lower bound); "
             "activations offloaded to the host (they stay in HBM: "
             f"{ACTIVATION_BYTES} B × tokens × dim × layers, or with --recompute each layer's bf16 input and one "
             "layer's whole); DPU's staleness (one step) as it affects convergence; "
@@ -60,6 +62,7 @@ class HostProfile:
     gpus: int | None                     # GPUs per node the profile describes (None: runs)
     tiers: dict[str, HostTier]           # by tier name: ddr, cxl, nvme (a profile) or ddr0, nvme0 (runs)
     figures: list[Figure] = field(default_factory=list)    # what the tiers' figures came from
+    network: Figure | None = None        # a node's NICs, per direction, all together
 
 
 def _tier_adamw(kind: str, bandwidth: Figure, cores: Figure, given: dict) -> Figure:
@@ -112,7 +115,13 @@ def _profile(name: str, entry: dict) -> HostProfile:
     except (TypeError, ValueError) as e:
         raise AdviceError(f"host profile {name!r}: {e}") from None
     gpus = entry.get("gpus")
-    return HostProfile(name, entry.get("title", name), int(gpus) if gpus else None, tiers, figures)
+    network = None
+    if "network_GBps" in entry:
+        network = Figure("network per node (its NICs)", float(entry["network_GBps"]), "GB/s",
+                         Source(DATASHEET, entry.get("network_source", "the profile"), entry.get("network_url", "")),
+                         "per direction")
+        figures.append(network)
+    return HostProfile(name, entry.get("title", name), int(gpus) if gpus else None, tiers, figures, network)
 
 
 def load_host(name: str, path: str | Path = HOSTS_FILE) -> HostProfile:
@@ -286,8 +295,21 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
 
 def _held_by(p: Prediction, scaled: str) -> str:
     """The terms left once `scaled` costs nothing: what holds the step then."""
-    left = [f"{k} {v:.3g} s" for k, v in p.terms.items() if k != scaled and v >= 0.001]
+    left = [f"{k.replace('_', '-')} {v:.3g} s" for k, v in p.terms.items() if k != scaled and v >= 0.001]
     return ", ".join(left)
+
+
+def _linked(cluster: Cluster, gpu: GpuInputs, host: HostProfile) -> Cluster:
+    """The cluster with the links its GPUs exchange gradients and parameters over; a
+    link the job crosses that no input gives is an error naming it."""
+    if cluster.gpus_per_node > 1 and gpu.peer is None:
+        raise AdviceError(f"no GPU-to-GPU link figure for {gpu.label} (needed with {cluster.gpus_per_node} GPUs a "
+                          "node): name a datasheet GPU with --gpu, whose NVLink gpus.toml gives")
+    if cluster.nodes > 1 and host.network is None:
+        raise AdviceError(f"host {host.name!r} gives no network_GBps (its NICs' bandwidth per direction), needed "
+                          f"with --nodes {cluster.nodes}: add it to the profile (see cxlbench/analysis/hosts.toml)")
+    return replace(cluster, gpu_link_Bps=gpu.peer.value * 1e9 if gpu.peer else None,
+                   node_link_Bps=host.network.value * 1e9 if host.network else None)
 
 
 def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batch: int | None = None,
@@ -297,12 +319,14 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
         raise AdviceError("no GPU AdamW rate for the all-HBM reference: name a datasheet GPU with --gpu")
     if not 0 < target < 1:
         raise AdviceError(f"--target {target * 100:g}% must lie between 0 and 100%")
+    cluster = _linked(cluster, gpu, host)
     train = train_config(model, batch=batch, seq_len=seq)
     cfg = model_config(model)
     activations = activation_bytes(train.batch * train.seq_len, cfg.dim, cfg.n_layers, recompute)
     n = cfg.num_params()
     w_hbm = _workload(model, train.batch, train.seq_len, cluster, offload=False, nvme=False, recompute=recompute)
-    hbm = predict(w_hbm, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value), "none")
+    hbm = predict(w_hbm, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value,
+                               collective_Bps=cluster.collective_Bps), "none")
     hbm_tokens = _tokens(hbm, w_hbm, cluster)
     rows = [TierRow("hbm", "hbm", hbm, hbm, hbm_tokens, hbm_tokens, int(16 * n / cluster.gpus + activations),
                     1.0, 1.0)]

@@ -94,11 +94,12 @@ def whatif_text(w) -> str:
              ""]
     rows = [[r.label, f"{r.device_bytes / 2**30:,.0f} GiB", "yes" if r.device_bytes <= w.capacity_bytes else "no",
              format_number(r.tokens_per_s), _pct(r.share), format_number(r.dpu_tokens_per_s), _pct(r.dpu_share),
-             *(format_number(r.plain.terms.get(t)) for t in ("compute", "d2h", "h2d", "optimizer", "nvme"))]
+             *(format_number(r.plain.terms.get(t)) for t in ("compute", "d2h", "h2d", "optimizer", "nvme",
+                                                              "reduce_scatter", "all_gather"))]
             for r in w.rows]
     lines += text_table(["placement", "HBM need/GPU", "fits", "tokens/s", "of all-HBM", "tokens/s DPU",
-                         "with DPU", "compute s", "d2h s", "h2d s", "optimizer s", "nvme s"], rows,
-                        {1, 3, 4, 5, 6, 7, 8, 9, 10, 11})
+                         "with DPU", "compute s", "d2h s", "h2d s", "optimizer s", "nvme s", "reduce-scatter s",
+                         "all-gather s"], rows, {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
     if w.hbm.device_bytes > w.capacity_bytes:
         lines.append(f"all-HBM does not fit {w.capacity_bytes / 2**30:.0f} GiB a GPU (needs "
                      f"{w.hbm.device_bytes / 2**30:,.0f} GiB): it is the reference each share is taken of, as if it did")

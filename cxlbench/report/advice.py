@@ -57,7 +57,7 @@ def _published_rows() -> dict[str, Any]:
 
 def whatif_context(w: WhatIf) -> dict[str, Any]:
     maker = build.ChartMaker("w", ["hbm0", *(r.tier for r in w.rows[1:])])
-    terms = ("compute", "d2h", "h2d", "optimizer", "nvme")
+    terms = ("compute", "d2h", "h2d", "optimizer", "nvme", "reduce_scatter", "all_gather")
     rows = [{"label": r.label, "tier": r.tier, "need": f"{r.device_bytes / 2**30:,.0f} GiB",
              "fits": r.device_bytes <= w.capacity_bytes, "tokens": format_number(r.tokens_per_s),
              "share": f"{r.share * 100:.3g}%", "dpu_tokens": format_number(r.dpu_tokens_per_s),

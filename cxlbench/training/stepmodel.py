@@ -9,44 +9,59 @@ Terms (../shared/REFERENCES.md, "Training offload"):
     d2h, h2d  grad_bytes·N / B_d2h, param_bytes·N / B_h2d   (2N / B_pcie in bf16)
     optimizer N / R_opt
     nvme      file_bytes / B_read + file_bytes / B_write     (12N each way with params in the file)
+    reduce_scatter, all_gather   between the G GPUs of a data-parallel job (ZeRO's partitions):
+              grad_bytes·N·(G−1)/G / B_coll and param_bytes·N·(G−1)/G / B_coll, the ring's
+              volume per GPU over the group's bus bandwidth (Cluster.collective_Bps)
 
 N is every parameter (all are transferred and stepped), N_ne leaves out the token
 embedding (torchtitan's FLOPs count), T the tokens per step, S the sequence length.
 
 How the terms add up depends on what the engine overlaps:
   - "serial": nothing overlaps (the CPU run: every copy is a memcpy on the same cores)
-      step = compute + d2h + h2d + max(optimizer, nvme)
-  - "overlapped": the offload engine on a GPU — gradients stream to host during
-      backward (about 2/3 of compute), parameters stream back chunk by chunk while
-      the next chunk is stepped, NVMe I/O is double-buffered with the update:
-      step = compute + max(0, d2h - 2/3·compute) + max(optimizer, nvme, h2d) + h2d/chunks
-  - "none": no offload, state on the device: step = compute + optimizer
+      step = compute + d2h + h2d + max(optimizer, nvme) + reduce_scatter + all_gather
+  - "overlapped": the offload engine on a GPU — gradients are reduced between the GPUs
+      and stream to host bucket by bucket during backward (about 2/3 of compute; the two
+      links pipeline, so the slower sets the pace), parameters stream back chunk by chunk
+      while the next chunk is stepped, NVMe I/O is double-buffered with the update, and
+      the updated partitions are then gathered on every GPU:
+      step = compute + max(0, max(d2h, reduce_scatter) - 2/3·compute)
+             + max(optimizer, nvme, h2d) + h2d/chunks + all_gather
+  - "none": no offload, state on the device (ZeRO-2 or DDP: the same volume between GPUs):
+      step = compute + max(0, reduce_scatter - 2/3·compute) + optimizer + all_gather
   - "dpu": the offload engine on a GPU with the delayed parameter update (ZeRO-Offload's
-      DPU, Ren et al. 2021 §5.2): after warm-up, step i's host update and its parameter
-      copies run while step i+1's forward and backward run on the GPU with parameters one
-      step stale, so the two chains overlap and the longer one sets the step:
-      step = max(compute + max(0, d2h - 2/3·compute), max(optimizer, nvme, h2d) + h2d/chunks)
+      DPU, Ren et al. 2021 §5.2): after warm-up, step i's host update, its parameter
+      copies and gather run while step i+1's forward and backward run on the GPU with
+      parameters one step stale, so the two chains overlap and the longer one sets the step:
+      step = max(compute + max(0, max(d2h, reduce_scatter) - 2/3·compute),
+                 max(optimizer, nvme, h2d) + h2d/chunks + all_gather)
   - "dpu-shared": the same on a CPU run: the update runs in a thread of its own, but on
       the cores the forward and backward use. Its CPU time (optimizer_cpu: every
       thread's CPU seconds of the update as its own thread runs it, I/O waits not) adds
       to the compute whole, not spread over the cores: the forward and backward's
       OpenMP team moves at its slowest thread's pace, and the thread the update
       preempts holds the others at the next barrier. Its waits on the device can hide;
-      the update's whole time (optimizer, measured on its thread, waits in) must fit:
-      step = max(compute + d2h + h2d + optimizer_cpu, optimizer, nvme)
+      the update's whole time (optimizer, measured on its thread, waits in, then its copy of
+      the parameters back into the compute copy) must fit:
+      step = max(compute + d2h + h2d + optimizer_cpu + reduce_scatter + all_gather,
+                 max(optimizer, nvme) + h2d)
   - "streamed": the parameters themselves live on the host (ZeRO-3/ZeRO-Infinity's
       parameter offload): each forward and backward fetches them (param_bytes counts
       every fetch: 6 = bf16 three times with recomputation) and sends the gradients
-      down, prefetched behind the compute; the update then runs alone, as ZeRO-Infinity
-      §4 says it must (it cannot overlap compute):
-      step = max(compute, d2h + h2d) + max(optimizer, nvme)
+      down, prefetched behind the compute, each GPU its partition over PCIe and the rest
+      gathered from its peers; the update then runs alone, as ZeRO-Infinity §4 says it
+      must (it cannot overlap compute):
+      step = max(compute, d2h + h2d, reduce_scatter + all_gather) + max(optimizer, nvme)
 
 Many GPUs (Cluster, per_gpu): the workload is one GPU's (its tokens; the optimizer
 state partitioned over `shards` GPUs, so every host term prices N / shards) and the
 rates are its share of its node's: the node's CPU AdamW rate and NVMe bandwidth
 split over its GPUs, each GPU's PCIe link bounded by the host tier's bandwidth over
-the node's GPUs. Left out: the gradients' reduce-scatter and the parameters'
-all-gather between GPUs (NVLink, InfiniBand), and activations offloaded to the host.
+the node's GPUs. Between the GPUs, the ring's volume at the group's bus bandwidth:
+each GPU's link to its peers (NVLink) within a node, the lower of that and the node's
+network across nodes (a ring crosses each node boundary once per channel, and a node's
+channels share its NICs). Left out: the collectives' latency terms and algorithm
+efficiency (NCCL reaches 70-90% of the link's rate at these sizes: the link's rate makes
+the term a lower bound), and activations offloaded to the host.
 
 A measured step more than `tolerance` (20%) away from the model is flagged, with
 the terms that disagree; faster than the model is suspicious (wrong tier, lazy
@@ -87,6 +102,7 @@ class Rates:
     nvme_write_Bps: float | None = None
     compute_s: float | None = None  # forward + backward from the compute probe (replay.py)
     opt_cpu_params_per_s: float | None = None   # R_opt per CPU second (every thread's, waits not)
+    collective_Bps: float | None = None  # B_coll: the data-parallel group's bus bandwidth (Cluster)
 
 
 @dataclass(frozen=True)
@@ -129,10 +145,27 @@ class Cluster:
     bandwidth-centric rule: the host side is the min of the links and the tier)."""
     gpus_per_node: int = 1
     nodes: int = 1
+    gpu_link_Bps: float | None = None     # each GPU to its peers, per direction (NVLink)
+    node_link_Bps: float | None = None    # a node to the others, per direction, all its NICs
 
     @property
     def gpus(self) -> int:
         return self.gpus_per_node * self.nodes
+
+    @property
+    def collective_Bps(self) -> float | None:
+        """The bus bandwidth of a ring over every GPU: a GPU's link within a node; across
+        nodes also each node's network, which the node's rings cross once each and share
+        (None where a link the group uses is unknown, or for one GPU)."""
+        if self.gpus == 1:
+            return None
+        if self.nodes == 1:
+            return self.gpu_link_Bps
+        if self.gpus_per_node == 1:
+            return self.node_link_Bps
+        if self.gpu_link_Bps is None or self.node_link_Bps is None:
+            return None
+        return min(self.gpu_link_Bps, self.node_link_Bps)
 
 
 def per_gpu(node: "Rates", cluster: Cluster, host_Bps: float | None = None) -> "Rates":
@@ -153,7 +186,8 @@ def per_gpu(node: "Rates", cluster: Cluster, host_Bps: float | None = None) -> "
 
     return Rates(flops_per_s=node.flops_per_s, d2h_Bps=link(node.d2h_Bps), h2d_Bps=link(node.h2d_Bps),
                  opt_params_per_s=split(node.opt_params_per_s), nvme_read_Bps=split(node.nvme_read_Bps),
-                 nvme_write_Bps=split(node.nvme_write_Bps), compute_s=node.compute_s)
+                 nvme_write_Bps=split(node.nvme_write_Bps), compute_s=node.compute_s,
+                 collective_Bps=cluster.collective_Bps)
 
 
 @dataclass
@@ -194,20 +228,24 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
         terms["optimizer_cpu"] = n / r.opt_cpu_params_per_s
     if w.nvme_bytes and r.nvme_read_Bps and r.nvme_write_Bps:
         terms["nvme"] = w.nvme_bytes * n / r.nvme_read_Bps + w.nvme_bytes * n / r.nvme_write_Bps
+    if w.shards > 1 and r.collective_Bps:
+        ring = w.n_params * (w.shards - 1) / w.shards / r.collective_Bps
+        terms["reduce_scatter"], terms["all_gather"] = w.grad_bytes * ring, w.param_bytes * ring
     c, d2h, h2d = terms["compute"], terms.get("d2h", 0.0), terms.get("h2d", 0.0)
     opt, nvme = terms.get("optimizer", 0.0), terms.get("nvme", 0.0)
+    rs, ag = terms.get("reduce_scatter", 0.0), terms.get("all_gather", 0.0)
     if overlap == "none":
-        step = c + opt
+        step = c + max(0.0, rs - 2 * c / 3) + opt + ag
     elif overlap == "serial":
-        step = c + d2h + h2d + max(opt, nvme)
+        step = c + d2h + h2d + max(opt, nvme) + rs + ag
     elif overlap == "overlapped":
-        step = c + max(0.0, d2h - 2 * c / 3) + _host_chain(w, opt, nvme, h2d)
+        step = c + max(0.0, max(d2h, rs) - 2 * c / 3) + _host_chain(w, opt, nvme, h2d) + ag
     elif overlap == "dpu":
-        step = max(c + max(0.0, d2h - 2 * c / 3), _host_chain(w, opt, nvme, h2d))
+        step = max(c + max(0.0, max(d2h, rs) - 2 * c / 3), _host_chain(w, opt, nvme, h2d) + ag)
     elif overlap == "dpu-shared":
-        step = max(c + d2h + h2d + terms.get("optimizer_cpu", opt), opt, nvme)
+        step = max(c + d2h + h2d + terms.get("optimizer_cpu", opt) + rs + ag, max(opt, nvme) + h2d)
     elif overlap == "streamed":
-        step = max(c, d2h + h2d) + max(opt, nvme)
+        step = max(c, d2h + h2d, rs + ag) + max(opt, nvme)
     else:
         raise ValueError(f"unknown overlap {overlap!r} ({', '.join(OVERLAPS)})")
     return Prediction(terms, step, overlap, basis)
