@@ -87,8 +87,10 @@ def test_bandwidth_keeps_every_iteration_of_every_repetition(here):
     case = Case("bandwidth", "cpu:node0", "ddr0", "ddr",
                 {"kernel": "triad", "threads": 1, "nt": False, "page": "4k",
                  "array_bytes": 4 << 20, "iterations": 3}, repetitions=2, warmup=1)
-    samples = bandwidth.measure(case, here, {})
+    info = {}
+    samples = bandwidth.measure(case, here, info)
     assert [(s.repetition, s.params["iteration"]) for s in samples] == [(r, i) for r in range(2) for i in range(3)]
+    assert len(info["place_s"]) == 2 and all(t > 0 for t in info["place_s"])   # setup's cost, per repetition
     assert all(s.params["page_bytes"] == 4096 and s.value > 0 for s in samples)
     assert all(0 < s.params["cpu_held"] <= 1 for s in samples)
 

@@ -16,6 +16,7 @@ the slowest thread is not counted as someone else's time).
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -106,8 +107,11 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
     cpus = env.initiator(case.initiator).cpus[:p["threads"]]
     arrays, _ = KERNELS[p["kernel"]]
     samples = []
+    info["place_s"] = []          # faulting in and checking the arrays: on some VMs most of a case's time
     for rep in range(case.repetitions):
+        t0 = time.perf_counter()
         bufs = [place(p["array_bytes"], tier.node, p["page"]) for _ in range(arrays)]
+        info["place_s"].append(round(time.perf_counter() - t0, 4))
         try:
             found = {"page_bytes": min(x.page_bytes_found for x in bufs),
                      "huge_coverage": min(x.huge_coverage for x in bufs)}
