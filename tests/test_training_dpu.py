@@ -314,3 +314,29 @@ def test_a_failed_update_fails_the_case_rather_than_skipping_or_hanging_it(tmp_p
         training.measure(case, env, {})
     assert not isinstance(failure.value, Skip)
     assert not _dpu_threads()
+
+
+def test_on_a_cpu_run_the_update_and_its_copy_back_are_probed_on_the_update_thread(tmp_path, monkeypatch):
+    """The copy back into the compute copy is the update thread's (a one-thread team),
+    so its rate is read there, as the optimizer's is; the gradients' copy stays the main's."""
+    from cxlbench.benchmarks import training
+    from cxlbench.training import probes
+    from test_training import _env
+    where = []
+    real = probes.copy_spans_Bps
+
+    def spy(dst, src, spans, **kw):
+        where.append((threading.current_thread().name.startswith("dpu-update"), dst.data_ptr()))
+        return real(dst, src, spans, **kw)
+    monkeypatch.setattr(probes, "copy_spans_Bps", spy)
+    env = _env(tmp_path, gpu=False)
+    table = {"name": "training", "mode": "train", "config": ["tiny"], "steps": 3, "warmup_steps": 2,
+             "engine": ["offload"], "optimizer_on": ["ddr"], "dpu": [True, False]}
+    cases = {p.case.params.get("dpu", False): p.case for p in plan(training, table, env) if p.skip is None}
+    training.measure(cases[True], env, {})
+    torch.set_num_threads(1)
+    assert [on_update for on_update, _ in where] == [False, True]      # d2h on main, h2d on the update's
+    where.clear()
+    training.measure(cases[False], env, {})
+    torch.set_num_threads(1)
+    assert [on_update for on_update, _ in where] == [False, False]     # no update thread: both on main

@@ -289,7 +289,10 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
         d2h = probes.copy_spans_Bps(engine.grads, engine.flat, _capped([(o, k) for _, o, k in engine.spans], n))
         src = engine.staging if engine.cuda else (engine.master if engine.master is not None else engine.grads)
         chunks = [(s, e - s) for s, e in (engine.nvme or engine.host_opt).bounds]
-        h2d = probes.copy_spans_Bps(engine.flat, src, _capped(chunks, n))
+        back = functools.partial(probes.copy_spans_Bps, engine.flat, src, _capped(chunks, n))
+        # on a CPU run with DPU the update's own thread (a one-thread team) copies the
+        # parameters back: probe the copy there too, not on the main thread's all-core team
+        h2d = engine.dpu.alone(back) if engine.dpu is not None and not engine.cuda else back()
         evict = probes.evictor(spec.evict_bytes)
         cpu: list[float] = []         # each probe step's process CPU seconds
         stepped = n
