@@ -41,6 +41,8 @@ PER_CORE_ADAMW = 10e9 / 2.57 / 48
 PER_CORE_SOURCE = Source(PAPER, "ZeRO-Offload (Ren et al., ATC 2021) Table 4: CPU-Adam steps 10B parameters in "
                                 "2.57 s on 2× Xeon Platinum 8168 (48 cores): 81 M params/s per core")
 HOST_TIERS = ("ddr", "cxl", "nvme")
+#: The step's terms a row shows, in the order the tables print them
+TERMS = ("compute", "d2h", "h2d", "optimizer", "nvme", "reduce_scatter", "all_gather")
 #: How a row's terms add up, for the reader (training/stepmodel.py)
 COMBINE_DPU = ("without DPU, step = compute + max(0, max(d2h, reduce-scatter) − ⅔·compute) + max(optimizer, nvme, "
                "h2d) + h2d/chunks + all-gather; with DPU, step = max(compute + max(0, max(d2h, reduce-scatter) − "
@@ -293,9 +295,14 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
     return out
 
 
+def term_label(term: str) -> str:
+    """A term as a reader sees it: reduce-scatter, not reduce_scatter."""
+    return term.replace("_", "-")
+
+
 def _held_by(p: Prediction, scaled: str) -> str:
     """The terms left once `scaled` costs nothing: what holds the step then."""
-    left = [f"{k.replace('_', '-')} {v:.3g} s" for k, v in p.terms.items() if k != scaled and v >= 0.001]
+    left = [f"{term_label(k)} {v:.3g} s" for k, v in p.terms.items() if k != scaled and v >= 0.001]
     return ", ".join(left)
 
 
@@ -347,4 +354,4 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
 
 
 __all__ = ["load_host", "host_from_runs", "whatif", "price", "HostProfile", "Need", "TierRow", "WhatIf", "PER_CORE_ADAMW",
-           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "LEFT_OUT"]
+           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "LEFT_OUT", "TERMS", "term_label"]

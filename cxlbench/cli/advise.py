@@ -88,18 +88,17 @@ def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus
 
 def whatif_text(w) -> str:
     from cxlbench.analysis.compare import text_table
-    from cxlbench.analysis.whatif import COMBINE_DPU
+    from cxlbench.analysis.whatif import COMBINE_DPU, TERMS, term_label
     lines = [w.headline,
              "MODELLED, not measured: training.stepmodel priced for one GPU with its share of its node; " + COMBINE_DPU,
              ""]
     rows = [[r.label, f"{r.device_bytes / 2**30:,.0f} GiB", "yes" if r.device_bytes <= w.capacity_bytes else "no",
              format_number(r.tokens_per_s), _pct(r.share), format_number(r.dpu_tokens_per_s), _pct(r.dpu_share),
-             *(format_number(r.plain.terms.get(t)) for t in ("compute", "d2h", "h2d", "optimizer", "nvme",
-                                                              "reduce_scatter", "all_gather"))]
+             *(format_number(r.plain.terms.get(t)) for t in TERMS)]
             for r in w.rows]
-    lines += text_table(["placement", "HBM need/GPU", "fits", "tokens/s", "of all-HBM", "tokens/s DPU",
-                         "with DPU", "compute s", "d2h s", "h2d s", "optimizer s", "nvme s", "reduce-scatter s",
-                         "all-gather s"], rows, {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
+    heads = ["placement", "HBM need/GPU", "fits", "tokens/s", "of all-HBM", "tokens/s DPU", "with DPU",
+             *(f"{term_label(t)} s" for t in TERMS)]
+    lines += text_table(heads, rows, {1, *range(3, len(heads))})
     if w.hbm.device_bytes > w.capacity_bytes:
         lines.append(f"all-HBM does not fit {w.capacity_bytes / 2**30:.0f} GiB a GPU (needs "
                      f"{w.hbm.device_bytes / 2**30:,.0f} GiB): it is the reference each share is taken of, as if it did")

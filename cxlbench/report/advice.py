@@ -14,7 +14,7 @@ from typing import Any
 
 from cxlbench.version import __version__
 from cxlbench.analysis.advisor import Advice
-from cxlbench.analysis.whatif import COMBINE_DPU, LEFT_OUT, WhatIf
+from cxlbench.analysis.whatif import COMBINE_DPU, LEFT_OUT, TERMS, WhatIf, term_label
 from cxlbench.report import _css, build, environment
 from cxlbench.report.placements import _bare, advice_section, tier_key
 from cxlbench.results.store import atomic_write
@@ -57,11 +57,10 @@ def _published_rows() -> dict[str, Any]:
 
 def whatif_context(w: WhatIf) -> dict[str, Any]:
     maker = build.ChartMaker("w", ["hbm0", *(r.tier for r in w.rows[1:])])
-    terms = ("compute", "d2h", "h2d", "optimizer", "nvme", "reduce_scatter", "all_gather")
     rows = [{"label": r.label, "tier": r.tier, "need": f"{r.device_bytes / 2**30:,.0f} GiB",
              "fits": r.device_bytes <= w.capacity_bytes, "tokens": format_number(r.tokens_per_s),
              "share": f"{r.share * 100:.3g}%", "dpu_tokens": format_number(r.dpu_tokens_per_s),
-             "dpu_share": f"{r.dpu_share * 100:.3g}%", "terms": [format_number(r.plain.terms.get(t)) for t in terms],
+             "dpu_share": f"{r.dpu_share * 100:.3g}%", "terms": [format_number(r.plain.terms.get(t)) for t in TERMS],
              "needs": [str(n) for n in r.needs]} for r in w.rows]
     hbm_note = "" if w.hbm.device_bytes <= w.capacity_bytes else (
         f"All-HBM does not fit {w.capacity_bytes / 2**30:.0f} GiB a GPU (it needs {w.hbm.device_bytes / 2**30:,.0f} "
@@ -70,7 +69,7 @@ def whatif_context(w: WhatIf) -> dict[str, Any]:
                "source": f.source.text, "where": _bare(f.source.url)} for f in w.figures()]
     return {"css": _css(), "version": __version__, "w": {"headline": w.headline, "gpus": w.cluster.gpus},
             "title": f"{w.model} on {w.cluster.gpus} GPUs: what each tier leaves of all-HBM",
-            "svg": maker.svg(_share_chart(w, maker), wide=True), "rows": rows, "terms": terms,
+            "svg": maker.svg(_share_chart(w, maker), wide=True), "rows": rows, "terms": [term_label(t) for t in TERMS],
             "combine": COMBINE_DPU, "hbm_note": hbm_note, "target": f"{w.target * 100:g}%", "inputs": inputs,
             "left_out": LEFT_OUT, "published": _published_rows()}
 
