@@ -157,15 +157,9 @@ class Cluster:
         """The bus bandwidth of a ring over every GPU: a GPU's link within a node; across
         nodes also each node's network, which the node's rings cross once each and share
         (None where a link the group uses is unknown, or for one GPU)."""
-        if self.gpus == 1:
-            return None
-        if self.nodes == 1:
-            return self.gpu_link_Bps
-        if self.gpus_per_node == 1:
-            return self.node_link_Bps
-        if self.gpu_link_Bps is None or self.node_link_Bps is None:
-            return None
-        return min(self.gpu_link_Bps, self.node_link_Bps)
+        used = [*([self.gpu_link_Bps] if self.gpus_per_node > 1 else []),
+                *([self.node_link_Bps] if self.nodes > 1 else [])]
+        return None if not used or None in used else min(used)
 
 
 def per_gpu(node: "Rates", cluster: Cluster, host_Bps: float | None = None) -> "Rates":
