@@ -56,8 +56,8 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         raise UserError(f"--out {out} is a file, not a results directory")
     from cxlbench.analysis import ThresholdError
     from cxlbench.analysis.reduction import case_precision
-    from cxlbench.benchmarks.tails import FAR_TAIL
     from cxlbench.analysis.thresholds import parse_fraction
+    from cxlbench.benchmarks.tails import FAR_TAIL
     try:
         target = parse_fraction(precision, "--precision") if precision is not None else None
     except ThresholdError as e:
