@@ -11,7 +11,7 @@ from collections import defaultdict
 import pytest
 
 from cxlbench.analysis.published import (ASSUMED, PAPER, CaseError, check, check_all, flops_per_step, gpt2,
-                                         load_cases, read_case)
+                                         load_cases, read_case, tally)
 from cxlbench.cli.main import main
 
 #: Points the model misses today, each with the reason it gives (docs/advise.md). A model
@@ -132,11 +132,23 @@ def test_advise_published_prints_model_over_paper_per_case(capsys):
     assert main(["advise", "--published"]) == 0
     out = capsys.readouterr().out
     results, context = check_all()
-    held = sum(p.holds for r in results for p in r.points)
-    assert f"{held} of {sum(len(r.points) for r in results)} checks hold" in out
+    pred = [p for r in results for p in r.points if not p.composition]
+    assert f"{sum(p.holds for p in pred)} of {len(pred)} predictions hold" in out
+    assert "composition checks" in out
     for r in results:
         assert r.case.title in out
     assert out.count("MISSES") == len(KNOWN_MISSES)
     assert "the GPT-2 rule" in out and "Context, not checks" in out
     for c in context:
         assert c.why in out
+
+
+def test_a_step_summed_from_its_own_logged_phases_is_counted_apart_from_the_predictions():
+    """The tutorial's step is its logged phases composed: right by construction when the
+    composition is, so it must not swell the count of predictions that hold."""
+    results, _ = check_all()
+    comp = [p for r in results for p in r.points if p.composition]
+    assert comp and all(p.label.endswith(": step") for p in comp)
+    n_pred = sum(len(r.points) for r in results) - len(comp)
+    text = tally(results)
+    assert f"of {n_pred} predictions hold" in text and f"of {len(comp)} composition checks" in text

@@ -93,6 +93,9 @@ class PointResult:
     unit: str = ""
     gap: str = ""              # what the paper's figure implies that the model lacks, in seconds
     figures: tuple[str, ...] = ()   # the point's columns `paper` is made of: never read by the model
+    #: True where the point checks how the model composes figures the case gives (the
+    #: tutorial's step from its logged phases), not a figure predicted from hardware
+    composition: bool = False
 
     @property
     def error(self) -> float:
@@ -320,7 +323,7 @@ def _phases(case: Case) -> list[PointResult]:
                       opt_params_per_s=w.n_params / p["optimizer_s"], compute_s=fb)
         step = predict(w, rates, "overlapped")
         out.append(PointResult(f"iteration {p['iteration']}: step", step.step_s, p["elapsed_s"], step_tol,
-                               "relative", step.terms, "s", figures=("elapsed_s",)))
+                               "relative", step.terms, "s", figures=("elapsed_s",), composition=True))
     return out
 
 
@@ -368,5 +371,16 @@ def check_all(folder: str | Path = PUBLISHED) -> tuple[list[CaseResult], list[Co
     return [check(c) for c in cases], context
 
 
-__all__ = ["load_cases", "read_case", "check", "check_all", "gpt2", "flops_per_step", "compute_for", "FLOPS_RULE",
+def tally(results: list[CaseResult]) -> str:
+    """How many checks hold, predictions apart from composition checks: a step summed
+    from its own logged phases agrees by construction when the composition is right, and
+    counted among the predictions it would flatter the model."""
+    points = [p for r in results for p in r.points]
+    pred = [p for p in points if not p.composition]
+    comp = [p for p in points if p.composition]
+    text = f"{sum(p.holds for p in pred)} of {len(pred)} predictions hold"
+    return text + (f"; {sum(p.holds for p in comp)} of {len(comp)} composition checks" if comp else "")
+
+
+__all__ = ["load_cases", "read_case", "check", "check_all", "tally", "gpt2", "flops_per_step", "compute_for", "FLOPS_RULE",
            "Case", "CaseResult", "PointResult", "Context", "Input", "CaseError", "CHECKS", "PUBLISHED"]

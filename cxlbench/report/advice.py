@@ -45,14 +45,13 @@ def _share_chart(w: WhatIf, maker: build.ChartMaker):
 
 
 def _published_rows() -> dict[str, Any]:
-    from cxlbench.analysis.published import check_all
+    from cxlbench.analysis.published import check_all, tally
     results, _ = check_all()
     rows = [{"case": r.case.title, "label": p.label, "model": f"{p.model:.3g}", "paper": f"{p.paper:.3g}",
              "ratio": f"{p.model / p.paper:.3f}", "holds": p.holds, "why": p.misses_on,
              "tolerance": f"±{p.tolerance * 100:g}%" if p.kind == "relative" else f"±{p.tolerance:g}"}
             for r in results for p in r.points]
-    held = sum(r["holds"] for r in rows)
-    return {"rows": rows, "summary": f"{held} of {len(rows)} checks hold."}
+    return {"rows": rows, "summary": f"{tally(results)}."}
 
 
 def whatif_context(w: WhatIf) -> dict[str, Any]:
