@@ -322,7 +322,8 @@ def _phases(case: Case) -> list[PointResult]:
         rates = Rates(flops_per_s=0.0, d2h_Bps=_link(case), h2d_Bps=_link(case),
                       opt_params_per_s=w.n_params / p["optimizer_s"], compute_s=fb)
         step = predict(w, rates, "overlapped")
-        out.append(PointResult(f"iteration {p['iteration']}: step", step.step_s, p["elapsed_s"], step_tol,
+        out.append(PointResult(f"iteration {p['iteration']}: step from its phases (composition, ±{step_tol:.0%})",
+                               step.step_s, p["elapsed_s"], step_tol,
                                "relative", step.terms, "s", figures=("elapsed_s",), composition=True))
     return out
 
