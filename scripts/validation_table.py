@@ -7,6 +7,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
+
 import cxlbench
 from cxlbench.analysis.reduction import per_repetition
 
@@ -88,6 +90,7 @@ def per_round_bytes_over_time(frame, keys: list[str]):
     over its passes' time (every pass moves the same bytes, so the harmonic mean of
     their rates), then the median over repetitions. cxlbench's own figure is the
     median pass, which a shared VM's slow passes move less."""
+    frame = frame[np.isfinite(frame["value"].to_numpy(dtype=float)) & (frame["value"] > 0)]
     g = frame.groupby(["run_id", "case_id", "repetition", *keys], dropna=False).value
     reps = (g.count() / g.agg(lambda v: (1 / v).sum())).rename("value").reset_index()
     return reps.groupby(["run_id", *keys], dropna=False).value.median().reset_index()
@@ -103,7 +106,11 @@ LINE_OPS = [("read", "regular", "load_avx"), ("write", "regular", "store_avx"),
 
 
 def _likwid(out: Path, group: str, tool: str, threads: int) -> list[float]:
-    return [v / 1e3 for v in floats(out / f"likwid-{group}-{tool}-T{threads}.txt", 0)]
+    path = out / f"likwid-{group}-{tool}-T{threads}.txt"
+    if not path.exists():
+        print(f"(no {path.name} in {out}: a folder from before 2026-12-03 names its files "
+              "likwid-KERNEL-TN.txt; rerun scripts/validate_kernels.sh)", file=sys.stderr)
+    return [v / 1e3 for v in floats(path, 0)]
 
 
 def _threads(n: int) -> str:

@@ -10,6 +10,8 @@ such source — its configuration, its hardware figures, the result it reported 
 where (table, figure), every input labelled `paper` or `assumed`. A check predicts a
 figure the case's inputs do not contain (the with-DPU bar from the without-DPU one,
 64 GPUs from one GPU, a step from bandwidths); nothing is fitted to the case checked.
+The one exception, marked `composition` and counted apart, is the tutorial's step
+composed from the phases its own log gives: it checks the composition, not a rate.
 An input a paper lacks is assumed by one rule for every case, named in the input's
 `where` ("the GPT-2 rule", "the NVMe rule", "the one V100 rule"). Sources that state too
 little to predict anything without fitting are kept as context, with the reason.
@@ -380,7 +382,7 @@ def tally(results: list[CaseResult]) -> str:
     pred = [p for p in points if not p.composition]
     comp = [p for p in points if p.composition]
     text = f"{sum(p.holds for p in pred)} of {len(pred)} predictions hold"
-    return text + (f"; {sum(p.holds for p in comp)} of {len(comp)} composition checks" if comp else "")
+    return text + (f"; {sum(p.holds for p in comp)} of {len(comp)} composition checks hold" if comp else "")
 
 
 __all__ = ["load_cases", "read_case", "check", "check_all", "tally", "gpt2", "flops_per_step", "compute_for", "FLOPS_RULE",
