@@ -156,6 +156,11 @@ def test_tier_summary_values(runs):
     assert float(rows["ddr0"]["peak read (GB/s)"]["value"]) > float(rows["ddr0"]["peak triad (GB/s)"]["value"])
     assert "of peak" in rows["cxl2"]["loaded latency @80% (ns)"]["note"]
     assert rows["ddr0"]["write penalty (×)"] is None             # no write_penalty benchmark here
+    # The page turns it: a row per figure, a cell per tier in the tiers' order; a
+    # figure no tier has is not a row of dashes.
+    shown = {f"{f['title']} ({f['unit']})": f["cells"] for f in summary["figures"]}
+    assert list(shown) == [t for t in titles if t != "write penalty (×)"]
+    assert shown["idle latency (ns)"] == [rows["ddr0"]["idle latency (ns)"], rows["cxl2"]["idle latency (ns)"]]
 
 
 def syn_load(path):
@@ -216,7 +221,7 @@ def test_empty_run_renders(tmp_path):
     text = report.render([path], tmp_path / "e.html").read_text()
     validate(text)
     assert "<td>no GPU</td>" in text
-    assert 'class="empty">—</td>' in text             # the tier summary: nothing measured
+    assert 'class="empty">No measurements.</td>' in text   # the tier summary: nothing measured
 
 
 def test_default_output_path_is_under_reports(runs, tmp_path, monkeypatch):

@@ -222,7 +222,13 @@ def tier_summary(pts: pd.DataFrame, reps: pd.DataFrame, meta: dict,
         rows.append({"name": name, "kind": kinds.get(name) or (tp["tier_kind"].iloc[0] if len(tp) else "—"),
                      "capacity": size(caps.get(name)), "cells": cells})
     rows = [r for r in rows if any(r["cells"]) or r["kind"] in ("ddr", "cxl", "hbm")]
-    return {"columns": [{"title": t, "unit": u} for t, u in columns + DERIVED], "rows": rows}
+    cols = [{"title": t, "unit": u} for t, u in columns + DERIVED]
+    # The page shows it turned: a row per figure, a column per tier. Figures grow with
+    # the families a run has (a dozen in quick) and tiers stay few, so this way it fits
+    # the page's width; a figure no tier has is left out rather than a row of dashes.
+    figures = [{**c, "cells": [r["cells"][i] for r in rows]} for i, c in enumerate(cols)
+               if any(r["cells"][i] for r in rows)]
+    return {"columns": cols, "rows": rows, "figures": figures}
 
 
 def _figure_cell(f: Figure | None) -> dict[str, Any] | None:
