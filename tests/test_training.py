@@ -292,6 +292,28 @@ def test_step_model_arithmetic_on_known_inputs():
     assert "nvme" in off.summary and "slower" in off.summary
 
 
+def test_accumulated_micro_steps_move_gradients_each_time_and_update_once():
+    """K micro-batches per optimizer step: compute and the gradients' way down (and their
+    reduce-scatter) K times, each behind its own backward; the update, the parameters'
+    way back and their gather once. Streamed parameters are fetched by every micro-step."""
+    one = Workload(n_params=10**9, n_params_nonembed=10**9, n_layers=16, dim=2048, seq_len=2048,
+                   tokens_per_step=8192, chunks=4, shards=2)
+    four = replace(one, tokens_per_step=4 * 8192, micro_steps=4)
+    r = Rates(flops_per_s=4e14, d2h_Bps=5e10, h2d_Bps=5e10, opt_params_per_s=1.25e9, collective_Bps=1e11)
+    p1, p4 = predict(one, r, "serial"), predict(four, r, "serial")
+    assert p4.terms["compute"] == pytest.approx(4 * p1.terms["compute"])
+    assert p4.terms["d2h"] == pytest.approx(4 * p1.terms["d2h"])
+    assert p4.terms["reduce_scatter"] == pytest.approx(4 * p1.terms["reduce_scatter"])
+    for once in ("h2d", "optimizer", "all_gather"):
+        assert p4.terms[once] == pytest.approx(p1.terms[once]), once
+    # behind backward: 0.02 s of gradients a micro-step hide in 2/3 of its 0.14 s of compute
+    over = predict(four, r, "overlapped")
+    assert over.step_s == pytest.approx(p4.terms["compute"] + 0.4 + 0.02 / 4 + p4.terms["all_gather"])
+    streamed = predict(four, r, "streamed")
+    assert streamed.terms["h2d"] == pytest.approx(4 * p1.terms["h2d"])
+    assert streamed.terms["all_gather"] == pytest.approx(4 * p1.terms["all_gather"])
+
+
 # ---- the benchmark family -------------------------------------------------------
 
 def _env(tmp_path, gpu: bool, cxl_free: int = 64 << 30):

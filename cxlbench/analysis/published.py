@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from cxlbench.training.stepmodel import Cluster, Rates, Workload, per_gpu, predict
+from cxlbench.training.stepmodel import Cluster, Prediction, Rates, Workload, per_gpu, predict
 
 PUBLISHED = Path(__file__).with_name("published")
 PAPER, ASSUMED = "paper", "assumed"
@@ -258,24 +258,48 @@ def _dpu_ratio(case: Case) -> list[PointResult]:
     return out
 
 
+@dataclass(frozen=True)
+class _OneGpu:
+    """A case's 1-GPU bar split into the GPU's compute and the host's share, with the
+    node's figures the other GPU counts are priced from."""
+    w: Workload
+    node: Rates                 # one GPU's link, the node's CPU-Adam rate; compute_s set
+    host_Bps: float
+    overlap: str
+    per_node: int
+
+
+def _one_gpu(case: Case) -> _OneGpu:
+    w = gpt2(case, case["layers"], case["hidden"], case["batch"])
+    node = Rates(flops_per_s=0.0, d2h_Bps=_link(case), h2d_Bps=_link(case),
+                 opt_params_per_s=float(case["node_adam_params_per_s"]))
+    host = float(case["host_GBps"]) * 1e9
+    overlap = "dpu" if case["dpu"] else "overlapped"
+    one_s = flops_per_step(w) / (float(case["one_gpu_tflops"]) * 1e12)
+    compute = compute_for(w, per_gpu(node, Cluster(1, 1), host), overlap, one_s)
+    return _OneGpu(w, replace(node, compute_s=compute), host, overlap, int(case["gpus_per_node"]))
+
+
+def _at(case: Case, one: _OneGpu, gpus: int, micro_steps: float = 1) -> tuple[Workload, Prediction]:
+    """One GPU of `gpus`, the optimizer state partitioned over all, each step `micro_steps`
+    of the 1-GPU bar's micro-batch (gradient accumulation) before the update."""
+    w = replace(one.w, shards=gpus, tokens_per_step=round(one.w.tokens_per_step * micro_steps),
+                micro_steps=micro_steps)
+    cluster = _cluster(case, min(gpus, one.per_node), math.ceil(gpus / one.per_node))
+    rates = per_gpu(replace(one.node, compute_s=one.node.compute_s * micro_steps), cluster, one.host_Bps)
+    return w, predict(w, rates, one.overlap)
+
+
 def _scaling(case: Case) -> list[PointResult]:
     """TFLOPS per GPU at N GPUs from the 1-GPU figure: the same compute per GPU, the
     optimizer state partitioned over N, a node's cores and host bandwidth shared by
     its GPUs (stepmodel.per_gpu)."""
-    per_node = int(case["gpus_per_node"])
-    w1 = gpt2(case, case["layers"], case["hidden"], case["batch"])
-    node = Rates(flops_per_s=0.0, d2h_Bps=_link(case), h2d_Bps=_link(case),
-                 opt_params_per_s=float(case["node_adam_params_per_s"]))
-    host = float(case["host_GBps"]) * 1e9
-    flops = flops_per_step(w1)
-    one_s = flops / (float(case["one_gpu_tflops"]) * 1e12)
-    overlap = "dpu" if case["dpu"] else "overlapped"
-    compute = compute_for(w1, per_gpu(node, Cluster(1, 1), host), overlap, one_s)
+    one = _one_gpu(case)
+    flops = flops_per_step(one.w)
     out = []
     for p in case.points:
         n = int(p["gpus"])
-        cluster = _cluster(case, min(n, per_node), math.ceil(n / per_node))
-        pred = predict(replace(w1, shards=n), per_gpu(replace(node, compute_s=compute), cluster, host), overlap)
+        _, pred = _at(case, one, n)
         paper_s = flops / (p["tflops"] * 1e12)
         between = pred.terms.get("reduce_scatter", 0.0) + pred.terms.get("all_gather", 0.0)
         gap = (f"between GPUs: the paper's step is {paper_s - pred.step_s:+.3g} s beside the model's "
@@ -283,6 +307,23 @@ def _scaling(case: Case) -> list[PointResult]:
                f"Fig. 11 does not state the batch per GPU at each count")
         out.append(PointResult(f"{n} GPUs", flops / pred.step_s / 1e12, p["tflops"], case.tolerance,
                                case.tolerance_kind, pred.terms, "TFLOPS", gap, ("tflops",)))
+    return out
+
+
+def _accumulation(case: Case) -> list[PointResult]:
+    """TFLOPS per GPU at a global batch reached by gradient accumulation, from the 1-GPU
+    figure at one micro-batch a step: the micro-steps a GPU runs per update are the
+    global batch over (GPUs × micro-batch); the update, priced as in the scaling check,
+    is then paid once for all of them."""
+    one = _one_gpu(case)
+    out = []
+    for p in case.points:
+        n = int(p["gpus"])
+        k = float(p["global_batch"]) / (n * float(case["batch"]))
+        w, pred = _at(case, one, n, k)
+        out.append(PointResult(f"{p['figure']}: {n} GPU{'s' if n > 1 else ''}, {k:.3g} micro-steps",
+                               flops_per_step(w) / pred.step_s / 1e12, p["tflops"], case.tolerance,
+                               case.tolerance_kind, pred.terms, "TFLOPS", figures=("tflops",)))
     return out
 
 
@@ -353,6 +394,7 @@ def _update_phase(case: Case) -> list[PointResult]:
 CHECKS: dict[str, Callable[[Case], list[PointResult]]] = {
     "dpu_ratio": _dpu_ratio,
     "scaling": _scaling,
+    "accumulation": _accumulation,
     "streamed_tflops": _streamed_tflops,
     "phases": _phases,
     "update_phase": _update_phase,

@@ -52,6 +52,21 @@ How the terms add up depends on what the engine overlaps:
       must (it cannot overlap compute):
       step = max(compute, d2h + h2d, reduce_scatter + all_gather) + max(optimizer, nvme)
 
+Gradient accumulation (Workload.micro_steps = K): the optimizer steps once for K
+forwards and backwards, and T counts all K micro-batches. ZeRO-Offload moves each
+micro-step's gradient partition to the host and adds it there (DeepSpeed's
+copy_grads_in_partition -> async_accumulate_grad_in_cpu_via_gpu: from the second
+micro-step on, the running sum comes up, is added on the GPU and goes back down), and
+ZeRO-2 reduce-scatters after every backward: d2h and reduce_scatter are K times one
+micro-step's, each behind its own backward, which the formulas above already say
+(K·max(0, x/K − 2/3·c/K) = max(0, x − 2/3·c)). The sum's way up is the other
+direction of a full-duplex link, free there, but the host tier serves both ways from
+one bandwidth: each micro-step after the first costs the longer of the link's time and
+twice the gradients over the GPU's share of the tier (Rates.host_Bps). The host's update, the copy of the
+parameters back and the all-gather happen once per step. Streamed parameters are
+fetched (and gathered from the peers) by every micro-step, so there h2d and all_gather
+are K times too.
+
 Many GPUs (Cluster, per_gpu): the workload is one GPU's (its tokens; the optimizer
 state partitioned over `shards` GPUs, so every host term prices N / shards) and the
 rates are its share of its node's: the node's CPU AdamW rate and NVMe bandwidth
@@ -103,6 +118,7 @@ class Rates:
     compute_s: float | None = None  # forward + backward from the compute probe (replay.py)
     opt_cpu_params_per_s: float | None = None   # R_opt per CPU second (every thread's, waits not)
     collective_Bps: float | None = None  # B_coll: the data-parallel group's bus bandwidth (Cluster)
+    host_Bps: float | None = None   # the GPU's share of the host tier, both directions together
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,9 @@ class Workload:
     shards: int = 1                 # GPUs the optimizer state is partitioned over (ZeRO):
                                     # each steps, copies and stores N / shards of it
     recompute: bool = False         # activation checkpointing: each layer's forward runs again
+    micro_steps: int | float = 1    # gradient accumulation: forwards and backwards per optimizer
+                                    # step (tokens_per_step counts them all); a mean where a
+                                    # global batch does not divide evenly
 
     @property
     def flops_per_token(self) -> int:
@@ -181,7 +200,7 @@ def per_gpu(node: "Rates", cluster: Cluster, host_Bps: float | None = None) -> "
     return Rates(flops_per_s=node.flops_per_s, d2h_Bps=link(node.d2h_Bps), h2d_Bps=link(node.h2d_Bps),
                  opt_params_per_s=split(node.opt_params_per_s), nvme_read_Bps=split(node.nvme_read_Bps),
                  nvme_write_Bps=split(node.nvme_write_Bps), compute_s=node.compute_s,
-                 collective_Bps=cluster.collective_Bps)
+                 collective_Bps=cluster.collective_Bps, host_Bps=host_Bps / g if host_Bps else None)
 
 
 @dataclass
@@ -213,9 +232,12 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     terms = {"compute": r.compute_s if r.compute_s is not None
              else w.flops_per_token * w.tokens_per_step / r.flops_per_s}
     n = w.shard_params
+    k = w.micro_steps
     if w.offload and r.d2h_Bps and r.h2d_Bps:
-        terms["d2h"] = w.grad_bytes * n / r.d2h_Bps
-        terms["h2d"] = w.param_bytes * n / r.h2d_Bps
+        down = w.grad_bytes * n / r.d2h_Bps
+        again = max(down, 2 * w.grad_bytes * n / r.host_Bps) if r.host_Bps else down
+        terms["d2h"] = down + (k - 1) * again
+        terms["h2d"] = (k if overlap == "streamed" else 1) * w.param_bytes * n / r.h2d_Bps
     if r.opt_params_per_s:
         terms["optimizer"] = n / r.opt_params_per_s
     if r.opt_cpu_params_per_s and overlap == "dpu-shared":
@@ -224,7 +246,8 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
         terms["nvme"] = w.nvme_bytes * n / r.nvme_read_Bps + w.nvme_bytes * n / r.nvme_write_Bps
     if w.shards > 1 and r.collective_Bps:
         ring = w.n_params * (w.shards - 1) / w.shards / r.collective_Bps
-        terms["reduce_scatter"], terms["all_gather"] = w.grad_bytes * ring, w.param_bytes * ring
+        gathers = k if overlap == "streamed" else 1      # ZeRO-3 gathers for every micro-step
+        terms["reduce_scatter"], terms["all_gather"] = k * w.grad_bytes * ring, gathers * w.param_bytes * ring
     c, d2h, h2d = terms["compute"], terms.get("d2h", 0.0), terms.get("h2d", 0.0)
     opt, nvme = terms.get("optimizer", 0.0), terms.get("nvme", 0.0)
     rs, ag = terms.get("reduce_scatter", 0.0), terms.get("all_gather", 0.0)
