@@ -127,6 +127,8 @@ def test_a_profile_file_of_ones_own_is_read_like_an_entry(tmp_path, capsys):
     (["--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--target", "120"], "between 0 and 100"),
     (["--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--gpus", "0"], "at least 1"),
     (["--model", "70b", "--host", "h100-8gpu-cxl"], "--gpu"),
+    (["--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--accumulate", "0"], "at least 1"),
+    (["tiny-run-dir", "--model", "70b", "--accumulate", "4"], "--accumulate prices a server's step"),
 ])
 def test_a_missing_or_bad_input_exits_2_with_one_line_naming_it(capsys, args, says):
     code, out, err = run_cli(capsys, "advise", *args)
@@ -204,3 +206,30 @@ def test_gpus_without_a_link_figure_are_not_priced_as_if_they_exchanged_nothing(
         whatif(replace(_h100(), peer=None), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1))
     one = whatif(replace(_h100(), peer=None), load_host("h100-8gpu-cxl"), "70b", Cluster(1, 1))
     assert "all_gather" not in one.hbm.plain.terms                   # one GPU: nothing to exchange
+
+
+def test_accumulating_batches_pays_the_update_once_for_all_of_them():
+    """K batches per optimizer step: the compute and the gradients' way down grow K
+    times, the update does not, so every host tier's share of all-HBM rises with K."""
+    one = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1))
+    many = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1), micro_steps=16)
+    assert many.hbm.plain.terms["compute"] == pytest.approx(16 * one.hbm.plain.terms["compute"])
+    for a, b in zip(one.rows[1:], many.rows[1:]):
+        assert b.plain.terms["optimizer"] == pytest.approx(a.plain.terms["optimizer"])
+        assert b.plain.terms["h2d"] == pytest.approx(a.plain.terms["h2d"])
+        assert b.share > a.share and b.dpu_share >= a.dpu_share, a.label
+    assert "16 of them per optimizer step" in many.headline
+
+
+def test_the_running_sum_of_accumulated_gradients_crosses_the_host_tier_both_ways():
+    """From the second batch on, ZeRO-Offload brings the running sum up, adds, and sends
+    it back: free over a full-duplex link, but the host tier serves both directions from
+    one bandwidth, so a narrow tier (CXL here) pays twice the gradients a batch."""
+    from cxlbench.training.stepmodel import Workload, predict
+    w = Workload(n_params=10**9, n_params_nonembed=10**9, n_layers=16, dim=2048, seq_len=2048,
+                 tokens_per_step=4 * 8192, micro_steps=4)
+    link = Rates(flops_per_s=4e14, d2h_Bps=5e10, h2d_Bps=5e10)
+    assert predict(w, link, "serial").terms["d2h"] == pytest.approx(4 * 0.04)          # the link binds
+    narrow = replace(link, host_Bps=4e10)                                               # 2 GB both ways at 40 GB/s
+    assert predict(w, narrow, "serial").terms["d2h"] == pytest.approx(0.04 + 3 * 0.1)
+    assert per_gpu(Rates(flops_per_s=1.0), Cluster(8, 1), 144e9).host_Bps == pytest.approx(18e9)

@@ -198,6 +198,7 @@ class WhatIf:
     rows: list[TierRow]               # hbm first, then ddr, cxl, nvme
     capacity_bytes: int
     recompute: bool = False           # activation checkpointing
+    micro_steps: int = 1              # gradient accumulation: batches per optimizer step
 
     @property
     def hbm(self) -> TierRow:
@@ -210,6 +211,7 @@ class WhatIf:
                                                                           if c.nodes > 1 else "")
         return (f"{self.model} ({format_count(self.n_params)} params) on {where}, host {self.host.name}; "
                 f"batch {self.batch} × seq {self.seq} per GPU"
+                + (f", {self.micro_steps} of them per optimizer step" if self.micro_steps > 1 else "")
                 + (", activations checkpointed" if self.recompute else "")
                 + f"; the optimizer state sharded over {c.gpus} GPUs")
 
@@ -224,9 +226,12 @@ class WhatIf:
 
 
 def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool, nvme: bool,
-              recompute: bool = False) -> Workload:
-    return advisor_workload(model_config(model), train_config(model, batch=batch, seq_len=seq), offload, nvme,
-                            shards=cluster.gpus, recompute=recompute)
+              recompute: bool = False, micro_steps: int = 1) -> Workload:
+    """One GPU's step: `micro_steps` forwards and backwards of `batch` sequences each
+    (gradient accumulation), then one update."""
+    w = advisor_workload(model_config(model), train_config(model, batch=batch, seq_len=seq), offload, nvme,
+                         shards=cluster.gpus, recompute=recompute)
+    return replace(w, tokens_per_step=w.tokens_per_step * micro_steps, micro_steps=micro_steps)
 
 
 def _node_rates(gpu: GpuInputs, tier: HostTier, scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Rates:
@@ -320,18 +325,25 @@ def _linked(cluster: Cluster, gpu: GpuInputs, host: HostProfile) -> Cluster:
 
 
 def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batch: int | None = None,
-           seq: int | None = None, target: float = 0.90, recompute: bool = False) -> WhatIf:
-    """Every tier the host has, priced for one GPU of the cluster, as shares of all-HBM."""
+           seq: int | None = None, target: float = 0.90, recompute: bool = False,
+           micro_steps: int = 1) -> WhatIf:
+    """Every tier the host has, priced for one GPU of the cluster, as shares of all-HBM.
+    micro_steps: batches each GPU runs per optimizer step (gradient accumulation): the
+    update, its copies back and the gather are paid once for all of them, the
+    gradients' way down and their reduce-scatter once per batch."""
     if gpu.adamw is None:
         raise AdviceError("no GPU AdamW rate for the all-HBM reference: name a datasheet GPU with --gpu")
     if not 0 < target < 1:
         raise AdviceError(f"--target {target * 100:g}% must lie between 0 and 100%")
+    if micro_steps < 1:
+        raise AdviceError(f"--accumulate {micro_steps}: the batches per optimizer step must be at least 1")
     cluster = _linked(cluster, gpu, host)
     train = train_config(model, batch=batch, seq_len=seq)
     cfg = model_config(model)
     activations = activation_bytes(train.batch * train.seq_len, cfg.dim, cfg.n_layers, recompute)
     n = cfg.num_params()
-    w_hbm = _workload(model, train.batch, train.seq_len, cluster, offload=False, nvme=False, recompute=recompute)
+    w_hbm = _workload(model, train.batch, train.seq_len, cluster, offload=False, nvme=False, recompute=recompute,
+                      micro_steps=micro_steps)
     hbm = predict(w_hbm, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value,
                                collective_Bps=cluster.collective_Bps), "none")
     hbm_tokens = _tokens(hbm, w_hbm, cluster)
@@ -340,7 +352,7 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
     for kind in HOST_TIERS:
         for tier in sorted((t for t in host.tiers.values() if t.kind == kind), key=lambda t: t.name):
             w = _workload(model, train.batch, train.seq_len, cluster, offload=True, nvme=kind == "nvme",
-                          recompute=recompute)
+                          recompute=recompute, micro_steps=micro_steps)
             plain, dpu = (price(w, gpu, tier, cluster, o) for o in ("overlapped", "dpu"))
             row = TierRow(tier.name, kind, plain, dpu, _tokens(plain, w, cluster), _tokens(dpu, w, cluster),
                           int(4 * n / cluster.gpus + activations))
@@ -350,7 +362,7 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
     if len(rows) == 1:
         raise AdviceError(f"host {host.name!r} has no DDR, CXL or NVMe tier to place the optimizer state on")
     return WhatIf(model, n, gpu, host, cluster, train.batch, train.seq_len, target, rows, int(gpu.hbm.value * GIB),
-                  recompute)
+                  recompute, micro_steps)
 
 
 __all__ = ["load_host", "host_from_runs", "whatif", "price", "HostProfile", "Need", "TierRow", "WhatIf", "PER_CORE_ADAMW",

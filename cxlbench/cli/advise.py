@@ -26,7 +26,7 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
            within: float = 0.10, tiers: Sequence[str] | None = None, out: str | None = None,
            batch: int | None = None, seq: int | None = None, gpus: int | None = None, nodes: int = 1,
            host: str | None = None, target: float = 0.90, published: bool = False,
-           recompute: bool = False) -> int:
+           recompute: bool = False, accumulate: int = 1) -> int:
     """Print the advice for `model` from the runs at or below `results` (and write it as
     HTML to `out`); mfu None: the default (0.40), assumed, for a datasheet GPU. With a
     host profile or more than one GPU: each tier's share of all-HBM on that server
@@ -38,7 +38,9 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
         raise UserError("advise needs --model (tiny, small, 1b, 3b, 8b, 70b), or --published")
     if host is not None or (gpus or 1) > 1 or nodes > 1:
         return server(results, model, gpu, DEFAULT_MFU if mfu is None else mfu, gpus, nodes, host, target,
-                      batch, seq, out, recompute)
+                      batch, seq, out, recompute, accumulate)
+    if accumulate > 1:
+        raise UserError("--accumulate prices a server's step: give --host PROFILE or --gpus N with it")
     if not results:
         raise UserError("advise needs results (run directories or folders) with training runs, or --host "
                         "PROFILE for a server's datasheet figures")
@@ -61,7 +63,7 @@ def _show(text: str, render, out: str | None) -> int:
 
 def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus: int | None, nodes: int,
            host: str | None, target: float, batch: int | None, seq: int | None, out: str | None,
-           recompute: bool = False) -> int:
+           recompute: bool = False, accumulate: int = 1) -> int:
     """Each tier's share of all-HBM tokens/s on a GPU server (analysis.whatif)."""
     from cxlbench.analysis.advisor import AdviceError, _check_model, _gpu_entry, gather, load_runs
     from cxlbench.analysis.whatif import host_from_runs, load_host, whatif
@@ -79,7 +81,7 @@ def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus
         inputs = gather(runs, gpu, mfu, model)
         if inputs.gpu is None:
             raise AdviceError(inputs.gpu_why)
-        w = whatif(inputs.gpu, profile, model, Cluster(per_node, nodes), batch, seq, target, recompute)
+        w = whatif(inputs.gpu, profile, model, Cluster(per_node, nodes), batch, seq, target, recompute, accumulate)
     except AdviceError as e:
         raise UserError(str(e)) from None
     from cxlbench.report.advice import render_whatif
@@ -248,13 +250,16 @@ def add_parser(sub) -> None:
     a.add_argument("--recompute", action="store_true",
                    help="with --host/--gpus: activation checkpointing (the forward runs twice, each layer keeps "
                         "only its input)")
+    a.add_argument("--accumulate", type=whole(1), default=1, metavar="K",
+                   help="with --host/--gpus: gradient accumulation, K batches per optimizer step (the update "
+                        "and its copies back paid once for all K; default 1)")
     a.add_argument("--published", action="store_true",
                    help="check the step model against published offload measurements (model ÷ paper)")
     a.add_argument("-o", "--out", help="also write the advice as one self-contained HTML file")
     a.set_defaults(func=lambda x: advise(
         x.results, x.model, x.gpu, x.mfu, x.within,
         [t.strip() for t in x.tiers.split(",") if t.strip()] if x.tiers else None, x.out, x.batch, x.seq,
-        x.gpus, x.nodes, x.host, x.target, x.published, x.recompute))
+        x.gpus, x.nodes, x.host, x.target, x.published, x.recompute, x.accumulate))
 
 
 __all__ = ["advise", "advice_text", "whatif_text", "published_text", "add_parser"]
