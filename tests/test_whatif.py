@@ -219,6 +219,7 @@ def test_accumulating_batches_pays_the_update_once_for_all_of_them():
         assert b.plain.terms["h2d"] == pytest.approx(a.plain.terms["h2d"])
         assert b.share > a.share and b.dpu_share >= a.dpu_share, a.label
     assert "16 of them per optimizer step" in many.headline
+    assert "sums over the batches" in many.combine and "batches" not in one.combine
 
 
 def test_the_running_sum_of_accumulated_gradients_crosses_the_host_tier_both_ways():

@@ -215,6 +215,15 @@ class WhatIf:
                 + (", activations checkpointed" if self.recompute else "")
                 + f"; the optimizer state sharded over {c.gpus} GPUs")
 
+    @property
+    def combine(self) -> str:
+        """How a row's terms add up, with what accumulation changes in them."""
+        if self.micro_steps == 1:
+            return COMBINE_DPU
+        return (COMBINE_DPU + f"; with {self.micro_steps} batches per optimizer step, compute, d2h and "
+                "reduce-scatter are their sums over the batches (the accumulated gradients crossing the host tier "
+                "both ways from the second on), the update, its copies back and the all-gather once")
+
     def figures(self) -> list[Figure]:
         seen, out = set(), []
         for f in [*self.gpu.figures(), *self.host.figures,

@@ -90,9 +90,9 @@ def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus
 
 def whatif_text(w) -> str:
     from cxlbench.analysis.compare import text_table
-    from cxlbench.analysis.whatif import COMBINE_DPU, TERMS, term_label
+    from cxlbench.analysis.whatif import TERMS, term_label
     lines = [w.headline,
-             "MODELLED, not measured: training.stepmodel priced for one GPU with its share of its node; " + COMBINE_DPU,
+             "MODELLED, not measured: training.stepmodel priced for one GPU with its share of its node; " + w.combine,
              ""]
     rows = [[r.label, f"{r.device_bytes / 2**30:,.0f} GiB", "yes" if r.device_bytes <= w.capacity_bytes else "no",
              format_number(r.tokens_per_s), _pct(r.share), format_number(r.dpu_tokens_per_s), _pct(r.dpu_share),
