@@ -234,3 +234,47 @@ def test_the_running_sum_of_accumulated_gradients_crosses_the_host_tier_both_way
     narrow = replace(link, host_Bps=4e10)                                               # 2 GB both ways at 40 GB/s
     assert predict(w, narrow, "serial").terms["d2h"] == pytest.approx(0.04 + 3 * 0.1)
     assert per_gpu(Rates(flops_per_s=1.0), Cluster(8, 1), 144e9).host_Bps == pytest.approx(18e9)
+
+
+def test_a_first_micro_step_that_hides_does_not_hide_the_later_ones():
+    """Each micro-step's gradients hide behind its own backward: when only the first
+    one's (down alone, no running sum yet) fits, the later ones show their excess."""
+    from cxlbench.training.stepmodel import Workload, predict
+    w = Workload(n_params=10**9, n_params_nonembed=10**9, n_layers=16, dim=2048, seq_len=2048,
+                 tokens_per_step=4 * 8192, micro_steps=4)
+    r = Rates(flops_per_s=1.0, compute_s=4 * 0.09, d2h_Bps=5e10, h2d_Bps=5e10, host_Bps=2e10)
+    # down 0.04 s hides in 0.06 s of backward; each later 0.2 s (4 GB over 20 GB/s) shows 0.14 s
+    p = predict(w, r, "overlapped")
+    assert p.terms["d2h"] == pytest.approx(0.04 + 3 * 0.2)
+    assert p.step_s == pytest.approx(0.36 + 3 * 0.14 + 0.04 + 0.04)
+
+
+def test_the_memory_holding_the_state_bounds_a_step_whatever_overlaps():
+    """DPU overlaps the update with the next step's copies, but where one memory holds
+    the state and the buffers it must still move all their bytes: AdamW's 28 a
+    parameter, the gradients and the parameters."""
+    from cxlbench.training.stepmodel import Workload, predict
+    w = Workload(n_params=10**9, n_params_nonembed=10**9, n_layers=16, dim=2048, seq_len=2048,
+                 tokens_per_step=8192)
+    r = Rates(flops_per_s=1.0, compute_s=1.0, d2h_Bps=5e10, h2d_Bps=5e10, opt_params_per_s=1e9)
+    free = predict(w, r, "dpu")
+    bound = predict(w, replace(r, state_Bps=2e10), "dpu")          # 32 GB over 20 GB/s
+    assert bound.terms["state_memory"] == pytest.approx(1.6)
+    assert free.step_s < 1.6 and bound.step_s == pytest.approx(1.6)
+    assert predict(w, replace(r, state_Bps=1e12), "dpu").step_s == pytest.approx(free.step_s)
+    cxl = price(_workload("70b", 1, 2048, Cluster(8, 1), True, False), _h100(),
+                load_host("h100-8gpu-cxl").tiers["cxl"], Cluster(8, 1), "dpu")
+    assert "state_memory" in cxl.terms and cxl.step_s >= cxl.terms["state_memory"]
+
+
+def test_where_the_memory_holds_the_step_the_need_is_its_bandwidth_not_cores():
+    w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1))
+    cxl = next(r for r in w.rows if r.kind == "cxl")
+    line = next(n.text for n in cxl.needs if n.overlap == "dpu")
+    assert "CXL's bandwidth holds it" in line and "GB/s of it per node" in line
+    need = float(re.search(r"≥ ([\d,]+) GB/s of it", line).group(1).replace(",", ""))
+    tier = load_host("h100-8gpu-cxl").tiers["cxl"]
+    wider = replace(tier, bandwidth=replace(tier.bandwidth, value=need * 1.01))
+    w1 = _workload("70b", 1, 2048, Cluster(8, 1), True, False)
+    p = price(w1, _h100(), wider, Cluster(8, 1), "dpu", 1e9)
+    assert w1.tokens_per_step * 8 / p.step_s >= 0.9 * w.hbm.tokens_per_s      # the need reaches the target

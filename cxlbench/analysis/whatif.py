@@ -253,7 +253,11 @@ def _node_rates(gpu: GpuInputs, tier: HostTier, scale_adamw: float = 1.0, scale_
 def price(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, overlap: str,
            scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Prediction:
     host = tier.bandwidth.value * 1e9 if tier.bandwidth else None
-    return predict(w, per_gpu(_node_rates(gpu, tier, scale_adamw, scale_nvme), cluster, host), overlap)
+    rates = per_gpu(_node_rates(gpu, tier, scale_adamw, scale_nvme), cluster, host)
+    if host and tier.kind in ("ddr", "cxl"):
+        # the state and the pinned buffers the copies use are both on this tier
+        rates = replace(rates, state_Bps=host / cluster.gpus_per_node)
+    return predict(w, rates, overlap)
 
 
 def _tokens(p: Prediction, w: Workload, cluster: Cluster) -> float:
@@ -290,11 +294,19 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
         varied = "nvme" if nvme else "adamw"
         if k is None:
             cap = price(w, gpu, tier, cluster, overlap, *((1.0, 1e9) if nvme else (1e9, 1.0)))
+            memory = cap.terms.get("state_memory", 0.0) >= cap.step_s
+            wider = _tier_need(w, gpu, tier, cluster, overlap, goal) if memory else None
             out.append(Need(overlap, varied, None,
                             f"{name}: no {'NVMe bandwidth' if nvme else 'AdamW rate'} reaches {target * 100:g}%: with "
                             f"it unbounded the step is {cap.step_s:.3g} s "
                             f"({_tokens(cap, w, cluster) / hbm_tokens * 100:.3g}% of all-HBM), of "
-                            + _held_by(cap, "nvme" if nvme else "optimizer")))
+                            + _held_by(cap, "nvme" if nvme else "optimizer")
+                            + (f" — the {tier.kind.upper()}'s bandwidth holds it (state-memory: what the "
+                               "update, the gradients and the parameters move through it), not the cores"
+                               + (f": {target * 100:g}% needs ≥ {tier.bandwidth.value * wider:,.0f} GB/s of it per "
+                                  f"node ({wider:.3g}× the {tier.bandwidth.value:,.0f} given) with AdamW unbounded"
+                                  if wider else "")
+                               if memory else "")))
         elif nvme:
             r, wr = tier.nvme_read.value * k, tier.nvme_write.value * k
             out.append(Need(overlap, varied, k, f"{name}: NVMe ≥ {r:.3g} GB/s read and {wr:.3g} GB/s write per node "
@@ -307,6 +319,17 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
                                                 f"bandwidth-bound AdamW needs {rate * ADAMW_BYTES / 1e9:,.0f} GB/s of "
                                                 f"{tier.kind.upper()} for it"))
     return out
+
+
+def _tier_need(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, overlap: str,
+               goal: float) -> float | None:
+    """The least factor on the tier's bandwidth that reaches `goal` tokens/s with the
+    AdamW rate unbounded (where the memory, not the cores, holds the step)."""
+    def reaches(m: float) -> bool:
+        wider = replace(tier, bandwidth=replace(tier.bandwidth, value=tier.bandwidth.value * m))
+        return _tokens(price(w, gpu, wider, cluster, overlap, 1e9), w, cluster) >= goal
+
+    return _smallest_factor(reaches, lo=1.0)
 
 
 def term_label(term: str) -> str:

@@ -40,7 +40,7 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
         return server(results, model, gpu, DEFAULT_MFU if mfu is None else mfu, gpus, nodes, host, target,
                       batch, seq, out, recompute, accumulate)
     if accumulate > 1:
-        raise UserError("--accumulate prices a server's step: give --host PROFILE or --gpus N with it")
+        raise UserError("--accumulate prices a server's step: give --host PROFILE, or --gpus N above 1, with it")
     if not results:
         raise UserError("advise needs results (run directories or folders) with training runs, or --host "
                         "PROFILE for a server's datasheet figures")

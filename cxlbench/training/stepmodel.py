@@ -57,12 +57,21 @@ forwards and backwards, and T counts all K micro-batches. ZeRO-Offload moves eac
 micro-step's gradient partition to the host and adds it there (DeepSpeed's
 copy_grads_in_partition -> async_accumulate_grad_in_cpu_via_gpu: from the second
 micro-step on, the running sum comes up, is added on the GPU and goes back down), and
-ZeRO-2 reduce-scatters after every backward: d2h and reduce_scatter are K times one
-micro-step's, each behind its own backward, which the formulas above already say
-(K·max(0, x/K − 2/3·c/K) = max(0, x − 2/3·c)). The sum's way up is the other
-direction of a full-duplex link, free there, but the host tier serves both ways from
-one bandwidth: each micro-step after the first costs the longer of the link's time and
-twice the gradients over the GPU's share of the tier (Rates.host_Bps). The host's update, the copy of the
+ZeRO-2 reduce-scatters after every backward: d2h and reduce_scatter are the sums of
+K micro-steps', each hidden behind its own backward (2/3 of its compute), so what the
+formulas above write max(0, max(d2h, reduce_scatter) − 2/3·compute) is summed micro-step
+by micro-step (the same at K = 1). The sum's way up is the other direction of a
+full-duplex link, free there, but the host tier serves both ways from one bandwidth:
+each micro-step after the first costs the longer of the link's time and twice the
+gradients over the GPU's share of the tier (Rates.host_Bps), so the first may hide
+where the later ones do not.
+
+Where one memory holds the optimizer state and the copies' buffers (Rates.state_Bps:
+the what-if's DDR or CXL tier), the step lasts at least as long as that memory takes to
+move everything the step asks of it, whatever overlaps: AdamW's 28 B a parameter, the
+gradients down (and, accumulating, their running sum back up) and the parameters back
+(the term state_memory). The delayed update overlaps these in time; it cannot make the
+memory faster. The host's update, the copy of the
 parameters back and the all-gather happen once per step. Streamed parameters are
 fetched (and gathered from the peers) by every micro-step, so there h2d and all_gather
 are K times too.
@@ -119,6 +128,9 @@ class Rates:
     opt_cpu_params_per_s: float | None = None   # R_opt per CPU second (every thread's, waits not)
     collective_Bps: float | None = None  # B_coll: the data-parallel group's bus bandwidth (Cluster)
     host_Bps: float | None = None   # the GPU's share of the host tier, both directions together
+    state_Bps: float | None = None  # the GPU's share of the memory holding the optimizer state,
+                                    # where the copies' buffers live in it too (the what-if's DDR
+                                    # or CXL): a floor on the step, whatever overlaps
 
 
 @dataclass(frozen=True)
@@ -233,6 +245,7 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
              else w.flops_per_token * w.tokens_per_step / r.flops_per_s}
     n = w.shard_params
     k = w.micro_steps
+    down = again = 0.0          # one micro-step's gradients down: the first, and each after it
     if w.offload and r.d2h_Bps and r.h2d_Bps:
         down = w.grad_bytes * n / r.d2h_Bps
         again = max(down, 2 * w.grad_bytes * n / r.host_Bps) if r.host_Bps else down
@@ -251,20 +264,31 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     c, d2h, h2d = terms["compute"], terms.get("d2h", 0.0), terms.get("h2d", 0.0)
     opt, nvme = terms.get("optimizer", 0.0), terms.get("nvme", 0.0)
     rs, ag = terms.get("reduce_scatter", 0.0), terms.get("all_gather", 0.0)
+    # What each micro-step's backward (2/3 of its compute) cannot hide of its gradients'
+    # way down and reduce-scatter; the first micro-step's way down may be the cheaper.
+    hidden, rs1 = 2 * c / k / 3, rs / k
+    exposed = max(0.0, max(down, rs1) - hidden) + (k - 1) * max(0.0, max(again, rs1) - hidden)
     if overlap == "none":
-        step = c + max(0.0, rs - 2 * c / 3) + opt + ag
+        step = c + exposed + opt + ag
     elif overlap == "serial":
         step = c + d2h + h2d + max(opt, nvme) + rs + ag
     elif overlap == "overlapped":
-        step = c + max(0.0, max(d2h, rs) - 2 * c / 3) + _host_chain(w, opt, nvme, h2d) + ag
+        step = c + exposed + _host_chain(w, opt, nvme, h2d) + ag
     elif overlap == "dpu":
-        step = max(c + max(0.0, max(d2h, rs) - 2 * c / 3), _host_chain(w, opt, nvme, h2d) + ag)
+        step = max(c + exposed, _host_chain(w, opt, nvme, h2d) + ag)
     elif overlap == "dpu-shared":
         step = max(c + d2h + h2d + terms.get("optimizer_cpu", opt) + rs + ag, max(opt, nvme) + h2d)
     elif overlap == "streamed":
         step = max(c, d2h + h2d, rs + ag) + max(opt, nvme)
     else:
         raise ValueError(f"unknown overlap {overlap!r} ({', '.join(OVERLAPS)})")
+    if r.state_Bps and w.offload:
+        # One memory holds the state and the copies' buffers: whatever overlaps, the
+        # step lasts at least as long as that memory takes to move AdamW's bytes, the
+        # gradients (and their running sum back up) and the parameters going back.
+        moved = (ADAMW_BYTES + w.grad_bytes * (2 * k - 1) + w.param_bytes) * n
+        terms["state_memory"] = moved / r.state_Bps
+        step = max(step, terms["state_memory"])
     return Prediction(terms, step, overlap, basis)
 
 
