@@ -42,12 +42,13 @@ PER_CORE_SOURCE = Source(PAPER, "ZeRO-Offload (Ren et al., ATC 2021) Table 4: CP
                                 "2.57 s on 2× Xeon Platinum 8168 (48 cores): 81 M params/s per core")
 HOST_TIERS = ("ddr", "cxl", "nvme")
 #: The step's terms a row shows, in the order the tables print them
-TERMS = ("compute", "d2h", "h2d", "optimizer", "nvme", "reduce_scatter", "all_gather")
+TERMS = ("compute", "d2h", "h2d", "optimizer", "nvme", "reduce_scatter", "all_gather", "state_memory")
 #: How a row's terms add up, for the reader (training/stepmodel.py)
 COMBINE_DPU = ("without DPU, step = compute + max(0, max(d2h, reduce-scatter) − ⅔·compute) + max(optimizer, nvme, "
                "h2d) + h2d/chunks + all-gather; with DPU, step = max(compute + max(0, max(d2h, reduce-scatter) − "
                "⅔·compute), max(optimizer, nvme, h2d) + h2d/chunks + all-gather); all-HBM: compute + max(0, "
-               "reduce-scatter − ⅔·compute) + optimizer + all-gather")
+               "reduce-scatter − ⅔·compute) + optimizer + all-gather; on DDR and CXL, each at least state-memory, the "
+               "time that tier takes to move what the update, the gradients and the parameters ask of it")
 #: What the model leaves out, said wherever its figures are shown
 LEFT_OUT = ("the collectives' latency and algorithm efficiency (the GPUs' exchange is priced at the links' "
             "rates: a lower bound); "
