@@ -21,17 +21,30 @@ def free_port() -> int:
 
 
 def launch(out, nnodes, rdzv_id, port):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv_id,
-           "--max-restarts", "0", "-m", "cxlbench.training.distributed", "--out", str(out),
-           "--config", "cpu", "--steps", "3", "--warmup", "1"]
+    """One launcher per node, each told its node rank (static rendezvous, as a Slurm job
+    step gives it). The elastic c10d rendezvous hung once here in CI: one agent, its
+    worker done, waited out its exit barrier for the other, whose keep-alive and exit
+    barrier share one store client (pytorch/pytorch#69520); the static one has no
+    keep-alive."""
+    def cmd(node):
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
+                "--rdzv-backend", "static", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                "--node-rank", str(node), "--rdzv-id", rdzv_id, "--max-restarts", "0",
+                "-m", "cxlbench.training.distributed", "--out", str(out),
+                "--config", "cpu", "--steps", "3", "--warmup", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for _ in range(nnodes)]
+    return [subprocess.Popen(cmd(node), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for node in range(nnodes)]
 
 
 def finish(procs):
-    outs = [p.communicate(timeout=180)[0] for p in procs]
+    """Every launcher's output, or, past the deadline, all of them killed and shown."""
+    try:
+        outs = [p.communicate(timeout=180)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail("a launcher did not finish in 180 s:\n" + "\n".join(p.communicate()[0][-2000:] for p in procs))
     assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outs)
     return outs
 
