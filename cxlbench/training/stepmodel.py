@@ -57,7 +57,9 @@ forwards and backwards, and T counts all K micro-batches. ZeRO-Offload moves eac
 micro-step's gradient partition to the host and adds it there (DeepSpeed's
 copy_grads_in_partition -> async_accumulate_grad_in_cpu_via_gpu: from the second
 micro-step on, the running sum comes up, is added on the GPU and goes back down), and
-ZeRO-2 reduce-scatters after every backward: d2h and reduce_scatter are the sums of
+ZeRO-2 reduce-scatters after every backward (as the all-HBM reference "none" is priced
+too; DDP under no_sync, or ZeRO-1, would reduce once per step, a reference that much
+faster while the micro-steps' exchange does not hide): d2h and reduce_scatter are the sums of
 K micro-steps', each hidden behind its own backward (2/3 of its compute), so what the
 formulas above write max(0, max(d2h, reduce_scatter) − 2/3·compute) is summed micro-step
 by micro-step (the same at K = 1). The sum's way up is the other direction of a
