@@ -239,9 +239,8 @@ def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool,
               recompute: bool = False, micro_steps: int = 1) -> Workload:
     """One GPU's step: `micro_steps` forwards and backwards of `batch` sequences each
     (gradient accumulation), then one update."""
-    w = advisor_workload(model_config(model), train_config(model, batch=batch, seq_len=seq), offload, nvme,
-                         shards=cluster.gpus, recompute=recompute)
-    return replace(w, tokens_per_step=w.tokens_per_step * micro_steps, micro_steps=micro_steps)
+    return advisor_workload(model_config(model), train_config(model, batch=batch, seq_len=seq), offload, nvme,
+                            shards=cluster.gpus, recompute=recompute).accumulating(micro_steps)
 
 
 def _node_rates(gpu: GpuInputs, tier: HostTier, scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Rates:
@@ -257,7 +256,7 @@ def price(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, overlap
     rates = per_gpu(_node_rates(gpu, tier, scale_adamw, scale_nvme), cluster, host)
     if host and tier.kind in ("ddr", "cxl"):
         # the state and the pinned buffers the copies use are both on this tier
-        rates = replace(rates, state_Bps=host / cluster.gpus_per_node)
+        rates = replace(rates, state_Bps=rates.host_Bps)
     return predict(w, rates, overlap)
 
 

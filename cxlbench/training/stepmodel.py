@@ -66,17 +66,16 @@ by micro-step (the same at K = 1). The sum's way up is the other direction of a
 full-duplex link, free there, but the host tier serves both ways from one bandwidth:
 each micro-step after the first costs the longer of the link's time and twice the
 gradients over the GPU's share of the tier (Rates.host_Bps), so the first may hide
-where the later ones do not.
+where the later ones do not. The host's update, the copy of the parameters back and
+the all-gather happen once per step. Streamed parameters are fetched (and gathered
+from the peers) by every micro-step, so there h2d and all_gather are K times too.
 
 Where one memory holds the optimizer state and the copies' buffers (Rates.state_Bps:
 the what-if's DDR or CXL tier), the step lasts at least as long as that memory takes to
 move everything the step asks of it, whatever overlaps: AdamW's 28 B a parameter, the
 gradients down (and, accumulating, their running sum back up) and the parameters back
 (the term state_memory). The delayed update overlaps these in time; it cannot make the
-memory faster. The host's update, the copy of the
-parameters back and the all-gather happen once per step. Streamed parameters are
-fetched (and gathered from the peers) by every micro-step, so there h2d and all_gather
-are K times too.
+memory faster.
 
 Many GPUs (Cluster, per_gpu): the workload is one GPU's (its tokens; the optimizer
 state partitioned over `shards` GPUs, so every host term prices N / shards) and the
@@ -95,7 +94,7 @@ allocation, a missing sync) until explained.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: AdamW's traffic per parameter per step: fp32 p, m, v read and written (24) and an
 #: fp32 gradient read (4) (REFERENCES.md, "Training offload"): what a bandwidth-bound
@@ -162,6 +161,11 @@ class Workload:
         4/3, Narayanan et al. 2021)."""
         per = 8 if self.recompute else 6
         return per * self.n_params_nonembed + 2 * per * self.n_layers * self.dim * self.seq_len
+
+    def accumulating(self, micro_steps: float) -> "Workload":
+        """This one-micro-batch step run `micro_steps` times per optimizer step
+        (gradient accumulation): its tokens counted over all of them."""
+        return replace(self, tokens_per_step=round(self.tokens_per_step * micro_steps), micro_steps=micro_steps)
 
     @property
     def shard_params(self) -> float:
