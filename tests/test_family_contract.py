@@ -170,10 +170,15 @@ def test_the_new_family_has_its_own_title_and_axis_in_the_report(stride_runs, ca
 
 
 def test_the_new_family_is_gated(stride_runs, capsys):
+    """Two real runs are compared, so the verdict is the machine's (this VM's 8 MiB chase
+    at a 64 B stride flips 8x between processes as its L3 share comes and goes). What is
+    this family's to hold: both its cases are judged, the exit code is the verdict's, and
+    a run gated against itself passes."""
     (a, b), tmp = stride_runs
-    verdict = tmp / "gate.json"
-    code, _, _ = cli(capsys, "gate", "--baseline", str(a.path), "--current", str(b.path),
-                     "--threshold", "50%", "--json", str(verdict))
-    judged = json.loads(verdict.read_text())
-    assert code == 0, judged
-    assert sum("stride/" in json.dumps(c) for c in judged.get("cases", judged.get("points", []))) == 2
+    for current, allowed in ((a, {0}), (b, {0, 1})):
+        verdict = tmp / "gate.json"
+        code, _, _ = cli(capsys, "gate", "--baseline", str(a.path), "--current", str(current.path),
+                         "--threshold", "50%", "--json", str(verdict))
+        judged = json.loads(verdict.read_text())
+        assert code in allowed and code == judged["exit_code"], judged
+        assert sum("stride/" in json.dumps(c) for c in judged["cases"]) == 2
