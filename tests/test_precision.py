@@ -54,9 +54,11 @@ def test_a_case_stops_at_its_cap_and_says_so(tmp_path):
 
 
 def test_the_time_budget_ends_the_extra_passes(tmp_path):
-    """Each extra process sleeps 0.5 s, so the 12 the cap allows (6 s) can never fit the
-    2 s budget, however fast the machine spawns them."""
-    cases, _ = go(tmp_path, table="precision = 0.0001\npause_s = 0.5", top="time_budget_s = 2.0")
+    """Each extra process sleeps 1 s, so the 12 the cap allows (12 s) can never fit the
+    6 s budget, while the 8 planned processes (no sleep; 0.13 s each here when idle, 0.4 s
+    with the 2 CPUs 3x oversubscribed) fit it with room: at 2 s the planned pass itself
+    ran out on a loaded machine and the case stopped "cut short" instead."""
+    cases, _ = go(tmp_path, table="precision = 0.0001\npause_s = 1.0", top="time_budget_s = 6.0")
     p = cases["converge"]["info"]["precision"]
     assert p["stop"] == "the time budget" and p["repetitions"] < 16
 

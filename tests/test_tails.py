@@ -108,9 +108,11 @@ def test_loaded_latency_counts_its_kept_blocks_into_the_histogram(chain):
     assert r["k"] == 8 and r["overhead_ns"] > 0
     assert r["hist"]["n"] * 8 == r["chase_steps"]        # kept sub-windows' blocks, no others
     assert r["all_load_lines"] > 0                        # the load ran
-    # A shared machine may take a CPU for all of 20 ms: then no window is kept, and
-    # nothing kept counts.
-    assert (r["load_lines"] > 0) == (r["windows_kept"] > 0)
+    # Load lines count only inside kept windows. The converse does not hold: a shared
+    # machine may take a CPU for all of 20 ms (no window kept), or keep a few windows in
+    # which the load thread published no lines yet.
+    assert r["load_lines"] <= r["all_load_lines"]
+    assert r["windows_kept"] > 0 or r["load_lines"] == 0
     assert plain["hist"] is None and plain["k"] == 0
 
 
