@@ -262,9 +262,22 @@ def test_the_memory_holding_the_state_bounds_a_step_whatever_overlaps():
     assert bound.terms["state_memory"] == pytest.approx(1.6)
     assert free.step_s < 1.6 and bound.step_s == pytest.approx(1.6)
     assert predict(w, replace(r, state_Bps=1e12), "dpu").step_s == pytest.approx(free.step_s)
+    # accumulating 4 micro-steps: 7 gradient crossings (4 down, 3 sums back up), 28 + 14 + 2 B
+    k4 = predict(w.accumulating(4), replace(r, compute_s=4.0, state_Bps=2e10), "dpu")
+    assert k4.terms["state_memory"] == pytest.approx(44e9 / 2e10)
     cxl = price(_workload("70b", 1, 2048, Cluster(8, 1), True, False), _h100(),
                 load_host("h100-8gpu-cxl").tiers["cxl"], Cluster(8, 1), "dpu")
     assert "state_memory" in cxl.terms and cxl.step_s >= cxl.terms["state_memory"]
+
+
+def test_where_the_accumulated_gradients_hold_the_step_the_need_is_still_the_tiers_bandwidth():
+    """At 64 micro-steps the running sum through CXL, not the state-memory floor, holds
+    the step: the line still names the bandwidth that would reach the target."""
+    w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1), micro_steps=64)
+    cxl = next(r for r in w.rows if r.kind == "cxl")
+    line = next(n.text for n in cxl.needs if n.overlap == "overlapped")
+    assert "no AdamW rate reaches" in line and "state-memory:" not in line
+    assert "CXL's bandwidth holds it (the GPUs' copies" in line and "GB/s of it per node" in line
 
 
 def test_where_the_memory_holds_the_step_the_need_is_its_bandwidth_not_cores():

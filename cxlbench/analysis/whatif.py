@@ -222,8 +222,9 @@ class WhatIf:
         if self.micro_steps == 1:
             return COMBINE_DPU
         return (COMBINE_DPU + f"; with {self.micro_steps} batches per optimizer step, compute, d2h and "
-                "reduce-scatter are their sums over the batches (the accumulated gradients crossing the host tier "
-                "both ways from the second on), the update, its copies back and the all-gather once")
+                "reduce-scatter are their sums over the batches and max(0, max(d2h, reduce-scatter) − ⅔·compute) "
+                "is taken batch by batch (the accumulated gradients crossing the host tier both ways from the "
+                "second on), the update, its copies back and the all-gather once")
 
     def figures(self) -> list[Figure]:
         seen, out = set(), []
@@ -295,18 +296,22 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
         if k is None:
             cap = price(w, gpu, tier, cluster, overlap, *((1.0, 1e9) if nvme else (1e9, 1.0)))
             memory = cap.terms.get("state_memory", 0.0) >= cap.step_s
-            wider = _tier_need(w, gpu, tier, cluster, overlap, goal) if memory else None
+            # the tier may hold the step as a floor (state-memory) or through the link's share
+            # of it (accumulated gradients cross it both ways each micro-step)
+            wider = _tier_need(w, gpu, tier, cluster, overlap, goal) if not nvme and tier.bandwidth else None
             out.append(Need(overlap, varied, None,
                             f"{name}: no {'NVMe bandwidth' if nvme else 'AdamW rate'} reaches {target * 100:g}%: with "
                             f"it unbounded the step is {cap.step_s:.3g} s "
                             f"({_tokens(cap, w, cluster) / hbm_tokens * 100:.3g}% of all-HBM), of "
                             + _held_by(cap, "nvme" if nvme else "optimizer")
-                            + (f" — the {tier.kind.upper()}'s bandwidth holds it (state-memory: what the "
-                               "update, the gradients and the parameters move through it), not the cores"
+                            + (f" — the {tier.kind.upper()}'s bandwidth holds it ("
+                               + ("state-memory: what the update, the gradients and the parameters move through it"
+                                  if memory else "the GPUs' copies through it, the accumulated gradients both ways")
+                               + "), not the cores"
                                + (f": {target * 100:g}% needs ≥ {tier.bandwidth.value * wider:,.0f} GB/s of it per "
                                   f"node ({wider:.3g}× the {tier.bandwidth.value:,.0f} given) with AdamW unbounded"
                                   if wider else "")
-                               if memory else "")))
+                               if memory or (wider and wider > 1) else "")))
         elif nvme:
             r, wr = tier.nvme_read.value * k, tier.nvme_write.value * k
             out.append(Need(overlap, varied, k, f"{name}: NVMe ≥ {r:.3g} GB/s read and {wr:.3g} GB/s write per node "

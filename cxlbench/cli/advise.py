@@ -33,6 +33,12 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
     (whatif); with `published`: the model against published measurements."""
     from cxlbench.analysis.advisor import DEFAULT_MFU, AdviceError, advise as make_advice
     if published:
+        given = [flag for flag, value in (("--model", model), ("--gpu", gpu), ("--mfu", mfu), ("--batch", batch),
+                                          ("--seq", seq), ("--gpus", gpus), ("--nodes", nodes > 1),
+                                          ("--host", host), ("--recompute", recompute),
+                                          ("--accumulate", accumulate > 1), ("-o", out)) if value]
+        if given:
+            raise UserError(f"--published prices each case as its paper states it: drop {', '.join(given)}")
         return published_report()
     if model is None:
         raise UserError("advise needs --model (tiny, small, 1b, 3b, 8b, 70b), or --published")

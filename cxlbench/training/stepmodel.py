@@ -63,10 +63,12 @@ faster while the micro-steps' exchange does not hide): d2h and reduce_scatter ar
 K micro-steps', each hidden behind its own backward (2/3 of its compute), so what the
 formulas above write max(0, max(d2h, reduce_scatter) − 2/3·compute) is summed micro-step
 by micro-step (the same at K = 1). The sum's way up is the other direction of a
-full-duplex link, free there, but the host tier serves both ways from one bandwidth:
-each micro-step after the first costs the longer of the link's time and twice the
-gradients over the GPU's share of the tier (Rates.host_Bps), so the first may hide
-where the later ones do not. The host's update, the copy of the parameters back and
+full-duplex link, priced at its own rate and assumed not to slow the way down (some
+hosts lose half of h2d in bidirectional copies: not modelled), but the host tier serves
+both ways from one bandwidth: each micro-step after the first costs the longest of the
+link's two times and twice the gradients over the GPU's share of the tier
+(Rates.host_Bps), so the first may hide where the later ones do not. DeepSpeed sends the
+boundary micro-step's gradients in fp32 (2 B a parameter more, once a step): not counted. The host's update, the copy of the parameters back and
 the all-gather happen once per step. Streamed parameters are fetched (and gathered
 from the peers) by every micro-step, so there h2d and all_gather are K times too.
 
@@ -254,7 +256,8 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     down = again = 0.0          # one micro-step's gradients down: the first, and each after it
     if w.offload and r.d2h_Bps and r.h2d_Bps:
         down = w.grad_bytes * n / r.d2h_Bps
-        again = max(down, 2 * w.grad_bytes * n / r.host_Bps) if r.host_Bps else down
+        up = w.grad_bytes * n / r.h2d_Bps       # the running sum's way up, the link's other direction
+        again = max(down, up, 2 * w.grad_bytes * n / r.host_Bps) if r.host_Bps else max(down, up)
         terms["d2h"] = down + (k - 1) * again
         terms["h2d"] = (k if overlap == "streamed" else 1) * w.param_bytes * n / r.h2d_Bps
     if r.opt_params_per_s:
