@@ -295,23 +295,12 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
         varied = "nvme" if nvme else "adamw"
         if k is None:
             cap = price(w, gpu, tier, cluster, overlap, *((1.0, 1e9) if nvme else (1e9, 1.0)))
-            memory = cap.terms.get("state_memory", 0.0) >= cap.step_s
-            # the tier may hold the step as a floor (state-memory) or through the link's share
-            # of it (accumulated gradients cross it both ways each micro-step)
-            wider = _tier_need(w, gpu, tier, cluster, overlap, goal) if not nvme and tier.bandwidth else None
             out.append(Need(overlap, varied, None,
                             f"{name}: no {'NVMe bandwidth' if nvme else 'AdamW rate'} reaches {target * 100:g}%: with "
                             f"it unbounded the step is {cap.step_s:.3g} s "
                             f"({_tokens(cap, w, cluster) / hbm_tokens * 100:.3g}% of all-HBM), of "
                             + _held_by(cap, "nvme" if nvme else "optimizer")
-                            + (f" — the {tier.kind.upper()}'s bandwidth holds it ("
-                               + ("state-memory: what the update, the gradients and the parameters move through it"
-                                  if memory else "the GPUs' copies through it, the accumulated gradients both ways")
-                               + "), not the cores"
-                               + (f": {target * 100:g}% needs ≥ {tier.bandwidth.value * wider:,.0f} GB/s of it per "
-                                  f"node ({wider:.3g}× the {tier.bandwidth.value:,.0f} given) with AdamW unbounded"
-                                  if wider else "")
-                               if memory or (wider and wider > 1) else "")))
+                            + ("" if nvme else _tier_bound(w, gpu, tier, cluster, overlap, goal, cap, target))))
         elif nvme:
             r, wr = tier.nvme_read.value * k, tier.nvme_write.value * k
             out.append(Need(overlap, varied, k, f"{name}: NVMe ≥ {r:.3g} GB/s read and {wr:.3g} GB/s write per node "
@@ -324,6 +313,23 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
                                                 f"bandwidth-bound AdamW needs {rate * ADAMW_BYTES / 1e9:,.0f} GB/s of "
                                                 f"{tier.kind.upper()} for it"))
     return out
+
+
+def _tier_bound(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, overlap: str, goal: float,
+                cap: Prediction, target: float) -> str:
+    """Where the DDR or CXL tier, not the cores, holds a step with AdamW unbounded: as a
+    floor (state-memory), or through the link's share of it (the accumulated gradients
+    cross it both ways each micro-step); then the bandwidth that would reach the target.
+    Empty where the tier does not hold it."""
+    memory = cap.terms.get("state_memory", 0.0) >= cap.step_s
+    wider = _tier_need(w, gpu, tier, cluster, overlap, goal) if tier.bandwidth else None
+    if not memory and not (wider and wider > 1):
+        return ""
+    how = ("state-memory: what the update, the gradients and the parameters move through it" if memory
+           else "the GPUs' copies through it, the accumulated gradients both ways")
+    need = (f": {target * 100:g}% needs ≥ {tier.bandwidth.value * wider:,.0f} GB/s of it per node "
+            f"({wider:.3g}× the {tier.bandwidth.value:,.0f} given) with AdamW unbounded" if wider else "")
+    return f" — the {tier.kind.upper()}'s bandwidth holds it ({how}), not the cores{need}"
 
 
 def _tier_need(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, overlap: str,

@@ -68,8 +68,9 @@ hosts lose half of h2d in bidirectional copies: not modelled), but the host tier
 both ways from one bandwidth: each micro-step after the first costs the longest of the
 link's two times and twice the gradients over the GPU's share of the tier
 (Rates.host_Bps), so the first may hide where the later ones do not. DeepSpeed sends the
-boundary micro-step's gradients in fp32 (2 B a parameter more, once a step): not counted. The host's update, the copy of the parameters back and
-the all-gather happen once per step. Streamed parameters are fetched (and gathered
+boundary micro-step's gradients in fp32 (2 B a parameter more, once a step): not counted.
+The host's update, the copy of the parameters back and the all-gather happen once per
+step. Streamed parameters are fetched (and gathered
 from the peers) by every micro-step, so there h2d and all_gather are K times too.
 
 Where one memory holds the optimizer state and the copies' buffers (Rates.state_Bps:
