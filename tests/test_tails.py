@@ -173,3 +173,15 @@ def test_a_repetition_that_kept_no_block_gives_no_tail_samples():
     empty = tails.Distribution(8, 19.0, [], [], [], 0, 0, 0, lost_blocks=640, lost_ns=10**6)
     assert math.isnan(empty.percentiles()["max_ns"])
     assert tails.samples(0, {}, empty, None) == []
+
+
+def test_a_clock_cost_above_the_fastest_block_is_bounded_by_it_and_the_estimate_kept():
+    """A block holds one clock cost, so the cost is at most the fastest block's: an
+    estimate above it (QEMU's TCG read one past the blocks' mean, and the mean came out
+    negative) is replaced by that bound, and said."""
+    kept = {"n": 4, "sum_ns": 4 * 300, "max_ns": 320, "buckets": [[280, 8, 2], [312, 8, 2]]}
+    d = Distribution.from_native({"kept": kept, "k": 8, "overhead_ns": 310.0, "lost_blocks": 0, "lost_ns": 0})
+    assert d.overhead_ns == 280 and d.extra == {"overhead_estimated_ns": 310.0}
+    assert d.exact_mean() == pytest.approx((1200 - 4 * 280) / 32) and d.exact_mean() > 0
+    fine = Distribution.from_native({"kept": kept, "k": 8, "overhead_ns": 24.0, "lost_blocks": 0, "lost_ns": 0})
+    assert fine.overhead_ns == 24.0 and fine.extra == {}

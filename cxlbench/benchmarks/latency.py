@@ -170,7 +170,7 @@ def _tails(dist: tails.Distribution, mean_ns: float | None, node: int, rep: int,
         "repetition": rep, "k": dist.k, "timer_overhead_ns": round(dist.overhead_ns, 2),
         "mean_ns": round(dist.mean_ns(), 3), "mean_vs_latency": round(dist.mean_ns() / mean_ns - 1, 4),
         "wall_ns": round(dist.wall_mean(), 3),
-        "blocks": dist.n, "lost_blocks": dist.lost_blocks, "floor": floor.extra})
+        "blocks": dist.n, "lost_blocks": dist.lost_blocks, "floor": floor.extra, **dist.extra})
     return tails.samples(rep, found, dist, floor)
 
 

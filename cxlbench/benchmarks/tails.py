@@ -66,8 +66,16 @@ class Distribution:
     def from_native(cls, d: dict) -> "Distribution":
         h = d["kept"]
         lower, width, count = (list(col) for col in zip(*h["buckets"])) if h["buckets"] else ([], [], [])
-        return cls(d["k"], d["overhead_ns"], lower, width, count, h["n"], h["sum_ns"], h["max_ns"],
-                   d["lost_blocks"], d["lost_ns"])
+        overhead, extra = d["overhead_ns"], {}
+        fastest = min((lo for lo, c in zip(lower, count) if c), default=None)
+        if fastest is not None and overhead > fastest:
+            # Every block holds one clock cost, so that cost is at most the fastest block's
+            # (the lower edge of its bucket). An empty-block estimate above it is wrong for
+            # these blocks (seen under QEMU's TCG, where it read past the mean and made the
+            # mean negative): the bound is taken, the estimate kept beside it.
+            overhead, extra = float(fastest), {"overhead_estimated_ns": round(overhead, 3)}
+        return cls(d["k"], overhead, lower, width, count, h["n"], h["sum_ns"], h["max_ns"],
+                   d["lost_blocks"], d["lost_ns"], extra)
 
     def per_load(self, block_ns: float) -> float:
         """ns per load of a block that took block_ns (the clock's cost taken off)."""
@@ -156,7 +164,7 @@ def floor_distribution(buf_addr: int, tier: Distribution, tier_ns: float, seed: 
     l1_ns = _native.chase_run(heads, steps) / steps
     k = max(tier.k, round(tier.k * tier_ns / max(l1_ns, 0.01)))
     d = Distribution.from_native(_native.chase_dist(heads[0], k, max(tier.n // FLOOR_SHARE, 1024)))
-    d.extra = {"l1_ns_per_load": round(l1_ns, 3), "l1_loads_per_block": k}
+    d.extra.update({"l1_ns_per_load": round(l1_ns, 3), "l1_loads_per_block": k})
     d.k = tier.k      # per tier load: a block of the same duration holds tier.k loads there
     return d
 
