@@ -42,7 +42,7 @@ def test_a_need_is_the_least_rate_that_reaches_the_target():
     checked = 0
     for row in w.rows[1:]:
         tier = host.tiers[row.tier]
-        work = _workload("70b", w.batch, w.seq, cluster, offload=True, nvme=row.kind == "nvme")
+        work = _workload("70b", w.batch, w.seq, cluster, offload=True, nvme=row.kind == "nvme", zero=w.zero)
         for need in row.needs:
             if need.factor is None or need.factor <= 1e-4:
                 continue
@@ -129,6 +129,8 @@ def test_a_profile_file_of_ones_own_is_read_like_an_entry(tmp_path, capsys):
     (["--model", "70b", "--host", "h100-8gpu-cxl"], "--gpu"),
     (["--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--accumulate", "0"], "at least 1"),
     (["tiny-run-dir", "--model", "70b", "--accumulate", "4"], "--accumulate prices a server's step"),
+    (["tiny-run-dir", "--model", "70b", "--zero", "3"], "--zero prices a server's step"),
+    (["--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--zero", "1"], "invalid choice"),
 ])
 def test_a_missing_or_bad_input_exits_2_with_one_line_naming_it(capsys, args, says):
     code, out, err = run_cli(capsys, "advise", *args)
@@ -291,3 +293,47 @@ def test_where_the_memory_holds_the_step_the_need_is_its_bandwidth_not_cores():
     w1 = _workload("70b", 1, 2048, Cluster(8, 1), True, False)
     p = price(w1, _h100(), wider, Cluster(8, 1), "dpu", 1e9)
     assert w1.tokens_per_step * 8 / p.step_s >= 0.9 * w.hbm.tokens_per_s      # the need reaches the target
+
+
+def test_sharded_parameters_are_gathered_for_every_forward_and_backward_not_after_the_update():
+    """ZeRO-3: two all-gathers and a reduce-scatter a micro-step (ZeRO §7.2.2), the
+    forward's gather behind the forward (⅓), the backward's beside the reduce-scatter
+    behind the backward (⅔); nothing gathered after the update."""
+    from cxlbench.training.stepmodel import Workload, predict
+    w = Workload(n_params=8 * 10**9, n_params_nonembed=8 * 10**9, n_layers=32, dim=4096, seq_len=2048,
+                 tokens_per_step=2 * 2048, shards=8, micro_steps=2, params_sharded=True)
+    ring = 2 * 8e9 * 7 / 8 / 100e9                                   # 0.14 s: bf16 over a 100 GB/s ring
+    r = Rates(flops_per_s=1.0, compute_s=2 * 0.3, d2h_Bps=1e12, h2d_Bps=1e12, opt_params_per_s=1e10,
+              collective_Bps=100e9)
+    p = predict(w, r, "overlapped")
+    assert p.terms["all_gather"] == pytest.approx(2 * 2 * ring) and p.terms["reduce_scatter"] == pytest.approx(2 * ring)
+    # each micro-step: the gather 0.14 s hides in 0.1 s of forward (0.04 shows); the
+    # backward's gather and the reduce-scatter, 0.28 s, in 0.2 s of backward (0.08 shows)
+    update = 1e9 / 1e10 + 2e9 / 1e12                                 # optimizer, then its one chunk's copy
+    assert p.step_s == pytest.approx(0.6 + 2 * (0.04 + 0.08) + update)
+    assert predict(replace(w, recompute=True), r, "none").terms["all_gather"] == pytest.approx(2 * 3 * ring)
+    whole = predict(replace(w, params_sharded=False), r, "overlapped")
+    assert whole.terms["all_gather"] == pytest.approx(ring)          # ZeRO-2: once, after the update
+    assert whole.step_s == pytest.approx(0.6 + 2 * max(0, ring - 0.2) + update + ring)
+    with pytest.raises(ValueError, match="sharded parameters"):
+        predict(w, r, "serial")
+
+
+def test_a_model_whose_bf16_copy_does_not_fit_a_gpu_is_priced_at_zero_3_and_says_why():
+    from cxlbench.training.configs import model_config
+    from cxlbench.training.stepmodel import activation_bytes
+    gpu, host = _h100(), load_host("h100-8gpu-cxl")
+    big = whatif(gpu, host, "70b", Cluster(8, 1))
+    assert big.zero == 3 and "ZeRO-3" in big.headline and "more than its 80 GiB" in big.headline
+    cfg = model_config("70b")
+    n, layer = cfg.num_params(), (cfg.num_params() - 2 * cfg.vocab_size * cfg.dim) / cfg.n_layers
+    act = activation_bytes(2048, cfg.dim, cfg.n_layers)
+    assert big.rows[1].device_bytes == int(2 * n / 8 + 4 * layer + 2 * n / 8 + act)   # params, 2 layers, grads
+    assert big.hbm.device_bytes == int(2 * n / 8 + 4 * layer + 2 * n / 8 + 12 * n / 8 + act)
+    assert all(r.plain.step_s < r2.plain.step_s for r, r2 in
+               zip(big.rows, whatif(gpu, host, "70b", Cluster(8, 1), zero=2).rows))   # no gather after the update
+    asked = whatif(gpu, host, "70b", Cluster(8, 1), zero=2)
+    assert asked.zero == 2 and asked.rows[1].device_bytes == int(2 * n + 2 * n / 8 + act) > asked.capacity_bytes
+    small = whatif(gpu, host, "8b", Cluster(8, 1))
+    assert small.zero == 2 and "ZeRO-2" in small.headline and small.rows[1].device_bytes <= small.capacity_bytes
+    assert "all-gather₁" in big.combine and "all-gather₁" not in small.combine

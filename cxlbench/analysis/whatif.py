@@ -10,7 +10,10 @@ keep a target share of it?
 Every figure is modelled (training.stepmodel): one GPU's step, its tokens and its
 partition of the optimizer state (ZeRO: the state sharded over every GPU), its share
 of its node's cores, tier bandwidth and drives (stepmodel.per_gpu), priced
-"overlapped" (the update after backward) and "dpu" (the update behind the next step).
+"overlapped" (the update after backward) and "dpu" (the update behind the next step),
+at ZeRO-2 where its whole bf16 copy of the parameters fits a GPU beside the rest, else
+at ZeRO-3 (the parameters sharded and gathered layer by layer): what fits decides it,
+for every row alike.
 All-HBM is the state in each GPU's memory, stepped there: the reference every tier's
 share is taken of, whether or not it fits — which is the seed chart's own premise.
 """
@@ -49,6 +52,15 @@ COMBINE_DPU = ("without DPU, step = compute + max(0, max(d2h, reduce-scatter) �
                "⅔·compute), max(optimizer, nvme, h2d) + h2d/chunks + all-gather); all-HBM: compute + max(0, "
                "reduce-scatter − ⅔·compute) + optimizer + all-gather; on DDR and CXL, each at least state-memory, the "
                "time that tier takes to move what the update, the gradients and the parameters ask of it")
+#: The same with the parameters sharded too (ZeRO-3): gathered for every forward and
+#: backward behind the compute, not after the update
+COMBINE_ZERO3 = ("without DPU, step = compute + exposed + max(optimizer, nvme, h2d) + h2d/chunks; with DPU, step = "
+                 "max(compute + exposed, max(optimizer, nvme, h2d) + h2d/chunks); all-HBM: compute + exposed + "
+                 "optimizer; exposed = max(0, all-gather₁ − ⅓·compute) + max(0, max(d2h, reduce-scatter + "
+                 "all-gather₁) − ⅔·compute), the forward's gather behind the forward and the backward's beside the "
+                 "reduce-scatter behind the backward (all-gather counts both); on DDR and CXL, each at least "
+                 "state-memory, the time that tier takes to move what the update, the gradients and the parameters "
+                 "ask of it")
 #: What the model leaves out, said wherever its figures are shown
 LEFT_OUT = ("the collectives' latency and algorithm efficiency (the GPUs' exchange is priced at the links' "
             "rates: a lower bound); "
@@ -200,6 +212,9 @@ class WhatIf:
     capacity_bytes: int
     recompute: bool = False           # activation checkpointing
     micro_steps: int = 1              # gradient accumulation: batches per optimizer step
+    zero: int = 2                     # ZeRO stage: 2 keeps the bf16 parameters whole on every GPU,
+                                      # 3 shards them too
+    zero_why: str = ""                # why that stage
 
     @property
     def hbm(self) -> TierRow:
@@ -214,17 +229,21 @@ class WhatIf:
                 f"batch {self.batch} × seq {self.seq} per GPU"
                 + (f", {self.micro_steps} of them per optimizer step" if self.micro_steps > 1 else "")
                 + (", activations checkpointed" if self.recompute else "")
-                + f"; the optimizer state sharded over {c.gpus} GPUs")
+                + f"; the optimizer state sharded over {c.gpus} GPUs"
+                + (f", ZeRO-3: the parameters too ({self.zero_why})" if self.zero == 3 else
+                   f", ZeRO-2: the bf16 parameters whole on every GPU ({self.zero_why})"))
 
     @property
     def combine(self) -> str:
         """How a row's terms add up, with what accumulation changes in them."""
+        base = COMBINE_ZERO3 if self.zero == 3 else COMBINE_DPU
         if self.micro_steps == 1:
-            return COMBINE_DPU
-        return (COMBINE_DPU + f"; with {self.micro_steps} batches per optimizer step, compute, d2h and "
+            return base
+        return (base + f"; with {self.micro_steps} batches per optimizer step, compute, d2h and "
                 "reduce-scatter are their sums over the batches and max(0, max(d2h, reduce-scatter) − ⅔·compute) "
                 "is taken batch by batch (the accumulated gradients crossing the host tier both ways from the "
-                "second on), the update, its copies back and the all-gather once")
+                "second on), the update and its copies back once"
+                + (", the parameters' gathers every batch" if self.zero == 3 else ", and the all-gather"))
 
     def figures(self) -> list[Figure]:
         seen, out = set(), []
@@ -237,11 +256,33 @@ class WhatIf:
 
 
 def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool, nvme: bool,
-              recompute: bool = False, micro_steps: int = 1) -> Workload:
+              recompute: bool = False, micro_steps: int = 1, zero: int = 2) -> Workload:
     """One GPU's step: `micro_steps` forwards and backwards of `batch` sequences each
     (gradient accumulation), then one update."""
-    return advisor_workload(model_config(model), train_config(model, batch=batch, seq_len=seq), offload, nvme,
-                            shards=cluster.gpus, recompute=recompute).accumulating(micro_steps)
+    w = advisor_workload(model_config(model), train_config(model, batch=batch, seq_len=seq), offload, nvme,
+                         shards=cluster.gpus, recompute=recompute).accumulating(micro_steps)
+    return replace(w, params_sharded=zero == 3 and cluster.gpus > 1)
+
+
+def hbm_need(zero: int, offload: bool, n: int, gpus: int, layer_params: float, activations: int) -> int:
+    """What one GPU holds: its partition of the bf16 gradients, with the optimizer state
+    in HBM its partition of the fp32 master, m and v (12 B a parameter); the bf16
+    parameters whole (ZeRO-2), or its partition of them and the layers being gathered:
+    the one computing and the one prefetched (ZeRO-3); and the activations."""
+    state = 0 if offload else 12 * n / gpus
+    params = 2 * n if zero == 2 else 2 * n / gpus + 2 * 2 * layer_params
+    return int(params + 2 * n / gpus + state + activations)
+
+
+def _stage(zero: int | None, zero2_need: int, capacity: int) -> tuple[int, str]:
+    """ZeRO-2 where its offloaded placement fits a GPU (the parameters need no gathering
+    then: ZeRO-Offload's layout); else ZeRO-3 (ZeRO-Infinity's); or the stage asked for."""
+    if zero is not None:
+        return zero, "as asked"
+    if zero2_need <= capacity:
+        return 2, f"{zero2_need / GIB:,.0f} GiB a GPU with the state offloaded fits {capacity / GIB:.0f} GiB"
+    return 3, (f"ZeRO-2's whole bf16 copy would need {zero2_need / GIB:,.0f} GiB a GPU with the state offloaded, "
+               f"more than its {capacity / GIB:.0f} GiB")
 
 
 def _node_rates(gpu: GpuInputs, tier: HostTier, scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Rates:
@@ -369,11 +410,13 @@ def _linked(cluster: Cluster, gpu: GpuInputs, host: HostProfile) -> Cluster:
 
 def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batch: int | None = None,
            seq: int | None = None, target: float = 0.90, recompute: bool = False,
-           micro_steps: int = 1) -> WhatIf:
+           micro_steps: int = 1, zero: int | None = None) -> WhatIf:
     """Every tier the host has, priced for one GPU of the cluster, as shares of all-HBM.
     micro_steps: batches each GPU runs per optimizer step (gradient accumulation): the
-    update, its copies back and the gather are paid once for all of them, the
-    gradients' way down and their reduce-scatter once per batch."""
+    update, its copies back and ZeRO-2's gather are paid once for all of them, the
+    gradients' way down and their reduce-scatter once per batch. zero: the ZeRO stage
+    (2 or 3) every row is priced at, all-HBM too; None: 2 where it fits a GPU with the
+    state offloaded, else 3."""
     if gpu.adamw is None:
         raise AdviceError("no GPU AdamW rate for the all-HBM reference: name a datasheet GPU with --gpu")
     if not 0 < target < 1:
@@ -385,28 +428,34 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
     cfg = model_config(model)
     activations = activation_bytes(train.batch * train.seq_len, cfg.dim, cfg.n_layers, recompute)
     n = cfg.num_params()
+    capacity = int(gpu.hbm.value * GIB)
+    layer = (n - 2 * cfg.vocab_size * cfg.dim) / cfg.n_layers      # a block's, not the embeddings'
+
+    def need(offload: bool, stage: int) -> int:
+        return hbm_need(stage, offload, n, cluster.gpus, layer, activations)
+
+    zero, why = _stage(zero, need(True, 2), capacity)
     w_hbm = _workload(model, train.batch, train.seq_len, cluster, offload=False, nvme=False, recompute=recompute,
-                      micro_steps=micro_steps)
+                      micro_steps=micro_steps, zero=zero)
     hbm = predict(w_hbm, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value,
                                collective_Bps=cluster.collective_Bps), "none")
     hbm_tokens = _tokens(hbm, w_hbm, cluster)
-    rows = [TierRow("hbm", "hbm", hbm, hbm, hbm_tokens, hbm_tokens, int(16 * n / cluster.gpus + activations),
-                    1.0, 1.0)]
+    rows = [TierRow("hbm", "hbm", hbm, hbm, hbm_tokens, hbm_tokens, need(False, zero), 1.0, 1.0)]
     for kind in HOST_TIERS:
         for tier in sorted((t for t in host.tiers.values() if t.kind == kind), key=lambda t: t.name):
             w = _workload(model, train.batch, train.seq_len, cluster, offload=True, nvme=kind == "nvme",
-                          recompute=recompute, micro_steps=micro_steps)
+                          recompute=recompute, micro_steps=micro_steps, zero=zero)
             plain, dpu = (price(w, gpu, tier, cluster, o) for o in ("overlapped", "dpu"))
             row = TierRow(tier.name, kind, plain, dpu, _tokens(plain, w, cluster), _tokens(dpu, w, cluster),
-                          int(4 * n / cluster.gpus + activations))
+                          need(True, zero))
             row.share, row.dpu_share = row.tokens_per_s / hbm_tokens, row.dpu_tokens_per_s / hbm_tokens
             row.needs = _needs(w, gpu, tier, cluster, hbm_tokens, target)
             rows.append(row)
     if len(rows) == 1:
         raise AdviceError(f"host {host.name!r} has no DDR, CXL or NVMe tier to place the optimizer state on")
-    return WhatIf(model, n, gpu, host, cluster, train.batch, train.seq_len, target, rows, int(gpu.hbm.value * GIB),
-                  recompute, micro_steps)
+    return WhatIf(model, n, gpu, host, cluster, train.batch, train.seq_len, target, rows, capacity,
+                  recompute, micro_steps, zero, why)
 
 
 __all__ = ["load_host", "host_from_runs", "whatif", "price", "HostProfile", "Need", "TierRow", "WhatIf", "PER_CORE_ADAMW",
-           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "LEFT_OUT", "TERMS", "term_label"]
+           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "COMBINE_ZERO3", "LEFT_OUT", "TERMS", "term_label"]

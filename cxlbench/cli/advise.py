@@ -26,7 +26,7 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
            within: float = 0.10, tiers: Sequence[str] | None = None, out: str | None = None,
            batch: int | None = None, seq: int | None = None, gpus: int | None = None, nodes: int = 1,
            host: str | None = None, target: float = 0.90, published: bool = False,
-           recompute: bool = False, accumulate: int = 1) -> int:
+           recompute: bool = False, accumulate: int = 1, zero: int | None = None) -> int:
     """Print the advice for `model` from the runs at or below `results` (and write it as
     HTML to `out`); mfu None: the default (0.40), assumed, for a datasheet GPU. With a
     host profile or more than one GPU: each tier's share of all-HBM on that server
@@ -36,7 +36,8 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
         given = [flag for flag, value in (("--model", model), ("--gpu", gpu), ("--mfu", mfu), ("--batch", batch),
                                           ("--seq", seq), ("--gpus", gpus), ("--nodes", nodes > 1),
                                           ("--host", host), ("--recompute", recompute),
-                                          ("--accumulate", accumulate > 1), ("-o", out)) if value]
+                                          ("--accumulate", accumulate > 1), ("--zero", zero),
+                                          ("-o", out)) if value]
         if given:
             raise UserError(f"--published prices each case as its paper states it: drop {', '.join(given)}")
         return published_report()
@@ -44,7 +45,9 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
         raise UserError("advise needs --model (tiny, small, 1b, 3b, 8b, 70b), or --published")
     if host is not None or (gpus or 1) > 1 or nodes > 1:
         return server(results, model, gpu, DEFAULT_MFU if mfu is None else mfu, gpus, nodes, host, target,
-                      batch, seq, out, recompute, accumulate)
+                      batch, seq, out, recompute, accumulate, zero)
+    if zero is not None:
+        raise UserError("--zero prices a server's step: give --host PROFILE, or --gpus N above 1, with it")
     if accumulate > 1:
         raise UserError("--accumulate prices a server's step: give --host PROFILE, or --gpus N above 1, with it")
     if not results:
@@ -69,7 +72,7 @@ def _show(text: str, render, out: str | None) -> int:
 
 def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus: int | None, nodes: int,
            host: str | None, target: float, batch: int | None, seq: int | None, out: str | None,
-           recompute: bool = False, accumulate: int = 1) -> int:
+           recompute: bool = False, accumulate: int = 1, zero: int | None = None) -> int:
     """Each tier's share of all-HBM tokens/s on a GPU server (analysis.whatif)."""
     from cxlbench.analysis.advisor import AdviceError, _check_model, _gpu_entry, gather, load_runs
     from cxlbench.analysis.whatif import host_from_runs, load_host, whatif
@@ -87,7 +90,8 @@ def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus
         inputs = gather(runs, gpu, mfu, model)
         if inputs.gpu is None:
             raise AdviceError(inputs.gpu_why)
-        w = whatif(inputs.gpu, profile, model, Cluster(per_node, nodes), batch, seq, target, recompute, accumulate)
+        w = whatif(inputs.gpu, profile, model, Cluster(per_node, nodes), batch, seq, target, recompute, accumulate,
+                   zero)
     except AdviceError as e:
         raise UserError(str(e)) from None
     from cxlbench.report.advice import render_whatif
@@ -259,13 +263,17 @@ def add_parser(sub) -> None:
     a.add_argument("--accumulate", type=whole(1), default=1, metavar="K",
                    help="with --host/--gpus: gradient accumulation, K batches per optimizer step (the update "
                         "and its copies back paid once for all K; default 1)")
+    a.add_argument("--zero", type=int, choices=(2, 3),
+                   help="with --host/--gpus: the ZeRO stage, 2 (the bf16 parameters whole on every GPU) or 3 (sharded "
+                        "too, gathered for every forward and backward); default 2 where it fits a GPU, else 3")
     a.add_argument("--published", action="store_true",
                    help="check the step model against published offload measurements (model ÷ paper)")
     a.add_argument("-o", "--out", help="also write the advice as one self-contained HTML file")
     a.set_defaults(func=lambda x: advise(
         x.results, x.model, x.gpu, x.mfu, x.within,
         [t.strip() for t in x.tiers.split(",") if t.strip()] if x.tiers else None, x.out, x.batch, x.seq,
-        x.gpus, x.nodes, x.host, x.target, x.published, x.recompute, x.accumulate))
+        x.gpus, x.nodes, x.host, x.target, x.published, x.recompute, x.accumulate,
+        x.zero))
 
 
 __all__ = ["advise", "advice_text", "whatif_text", "published_text", "add_parser"]

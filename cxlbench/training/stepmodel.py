@@ -44,6 +44,17 @@ How the terms add up depends on what the engine overlaps:
       the parameters back into the compute copy) must fit:
       step = max(compute + d2h + h2d + optimizer_cpu + reduce_scatter + all_gather,
                  max(optimizer, nvme) + h2d)
+  - with the parameters sharded too (Workload.params_sharded: ZeRO-3 with the optimizer
+      offloaded, what a model whose bf16 copy does not fit one GPU needs), "none",
+      "overlapped" and "dpu" are priced as above but the parameters are gathered from
+      the peers layer by layer for every forward and backward (and the recompute's
+      forward), prefetched behind the compute, and not after the update: each GPU's
+      updated partition goes back to it alone (Rajbhandari et al. 2020, ZeRO §7.2.2:
+      two all-gathers and a reduce-scatter, 1.5× ZeRO-2's volume). The forward's gather
+      hides behind the forward (⅓ of the compute), the backward's gathers share the
+      GPUs' links with the reduce-scatter behind the backward (⅔):
+      exposed = max(0, all_gather₁ − ⅓·compute) + max(0, max(d2h, reduce_scatter +
+                all_gather_b) − ⅔·compute), per micro-step, and no all_gather term after
   - "streamed": the parameters themselves live on the host (ZeRO-3/ZeRO-Infinity's
       parameter offload): each forward and backward fetches them (param_bytes counts
       every fetch: 6 = bf16 three times with recomputation) and sends the gradients
@@ -156,6 +167,8 @@ class Workload:
     micro_steps: int | float = 1    # gradient accumulation: forwards and backwards per optimizer
                                     # step (tokens_per_step counts them all); a mean where a
                                     # global batch does not divide evenly
+    params_sharded: bool = False    # ZeRO-3: each GPU holds 1/shards of the parameters too and
+                                    # gathers each layer's for every forward and backward
 
     @property
     def flops_per_token(self) -> int:
@@ -169,6 +182,12 @@ class Workload:
         """This one-micro-batch step run `micro_steps` times per optimizer step
         (gradient accumulation): its tokens counted over all of them."""
         return replace(self, tokens_per_step=round(self.tokens_per_step * micro_steps), micro_steps=micro_steps)
+
+    @property
+    def gathers(self) -> int:
+        """All-gathers of the parameters each micro-step where they are sharded: the
+        forward's and the backward's, and the recompute's forward with checkpointing."""
+        return 3 if self.recompute else 2
 
     @property
     def shard_params(self) -> float:
@@ -247,6 +266,29 @@ def _host_chain(w: Workload, opt: float, nvme: float, h2d: float) -> float:
     return max(opt, nvme, h2d) + h2d / max(1, w.chunks)
 
 
+def _gathers(w: Workload, overlap: str) -> float:
+    """The parameters' all-gathers per optimizer step: ZeRO-2's one after the update;
+    sharded parameters' every micro-step's; streamed parameters' once a micro-step
+    (their param_bytes counts the fetches)."""
+    if overlap == "streamed":
+        return w.micro_steps
+    return w.micro_steps * w.gathers if w.params_sharded else 1
+
+
+def _exposed(w: Workload, c: float, down: float, again: float, rs: float, ag: float) -> float:
+    """What the micro-steps' compute cannot hide of their exchanges, micro-step by
+    micro-step: the backward (⅔ of one's compute) hides its gradients' way down (the
+    first's may be the cheaper, with no running sum yet) and, over the GPUs' links, the
+    reduce-scatter and the backward's gathers of sharded parameters; the forward (⅓)
+    hides its own gather."""
+    k = w.micro_steps
+    fwd, bwd, rs1 = c / k / 3, 2 * c / k / 3, rs / k
+    gather = ag / k / w.gathers if w.params_sharded else 0.0       # one layer-by-layer gather
+    links = rs1 + (w.gathers - 1) * gather if w.params_sharded else rs1
+    ahead = k * max(0.0, gather - fwd)
+    return (ahead + max(0.0, max(down, links) - bwd) + (k - 1) * max(0.0, max(again, links) - bwd))
+
+
 def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     """Seconds per step and per term. Terms whose rate is unknown are left out."""
     basis = "probe" if r.compute_s is not None else "flops"
@@ -267,25 +309,24 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
         terms["optimizer_cpu"] = n / r.opt_cpu_params_per_s
     if w.nvme_bytes and r.nvme_read_Bps and r.nvme_write_Bps:
         terms["nvme"] = w.nvme_bytes * n / r.nvme_read_Bps + w.nvme_bytes * n / r.nvme_write_Bps
+    if w.params_sharded and overlap not in ("none", "overlapped", "dpu"):
+        raise ValueError(f"sharded parameters are priced for none, overlapped and dpu, not {overlap!r}")
     if w.shards > 1 and r.collective_Bps:
         ring = w.n_params * (w.shards - 1) / w.shards / r.collective_Bps
-        gathers = k if overlap == "streamed" else 1      # ZeRO-3 gathers for every micro-step
-        terms["reduce_scatter"], terms["all_gather"] = k * w.grad_bytes * ring, gathers * w.param_bytes * ring
+        terms["reduce_scatter"], terms["all_gather"] = k * w.grad_bytes * ring, _gathers(w, overlap) * w.param_bytes * ring
     c, d2h, h2d = terms["compute"], terms.get("d2h", 0.0), terms.get("h2d", 0.0)
     opt, nvme = terms.get("optimizer", 0.0), terms.get("nvme", 0.0)
     rs, ag = terms.get("reduce_scatter", 0.0), terms.get("all_gather", 0.0)
-    # What each micro-step's backward (2/3 of its compute) cannot hide of its gradients'
-    # way down and reduce-scatter; the first micro-step's way down may be the cheaper.
-    hidden, rs1 = 2 * c / k / 3, rs / k
-    exposed = max(0.0, max(down, rs1) - hidden) + (k - 1) * max(0.0, max(again, rs1) - hidden)
+    exposed = _exposed(w, c, down, again, rs, ag)
+    after = 0.0 if w.params_sharded else ag          # ZeRO-2 gathers the updated parameters
     if overlap == "none":
-        step = c + exposed + opt + ag
+        step = c + exposed + opt + after
     elif overlap == "serial":
         step = c + d2h + h2d + max(opt, nvme) + rs + ag
     elif overlap == "overlapped":
-        step = c + exposed + _host_chain(w, opt, nvme, h2d) + ag
+        step = c + exposed + _host_chain(w, opt, nvme, h2d) + after
     elif overlap == "dpu":
-        step = max(c + exposed, _host_chain(w, opt, nvme, h2d) + ag)
+        step = max(c + exposed, _host_chain(w, opt, nvme, h2d) + after)
     elif overlap == "dpu-shared":
         step = max(c + d2h + h2d + terms.get("optimizer_cpu", opt) + rs + ag, max(opt, nvme) + h2d)
     elif overlap == "streamed":
