@@ -270,6 +270,15 @@ def test_the_memory_holding_the_state_bounds_a_step_whatever_overlaps():
     cxl = price(_workload("70b", 1, 2048, Cluster(8, 1), True, False), _h100(),
                 load_host("h100-8gpu-cxl").tiers["cxl"], Cluster(8, 1), "dpu")
     assert "state_memory" in cxl.terms and cxl.step_s >= cxl.terms["state_memory"]
+    # state on NVMe is stepped in DDR buffers: its swap in and out (16 B each way) crosses the DDR too
+    nvme = predict(replace(w, nvme_bytes=16), replace(r, nvme_read_Bps=1e12, nvme_write_Bps=1e12, state_Bps=2e10), "dpu")
+    assert nvme.terms["state_memory"] == pytest.approx(64e9 / 2e10)
+    from cxlbench.training.configs import model_config
+    host = load_host("h100-8gpu-cxl")                # the advisor's NVMe file: fp32 p, m, v (12 B)
+    on_nvme = price(_workload("70b", 1, 2048, Cluster(8, 1), True, True), _h100(), host.tiers["nvme"], Cluster(8, 1),
+                    "dpu")
+    assert on_nvme.terms["state_memory"] == pytest.approx(
+        (28 + 2 + 2 + 2 * 12) * model_config("70b").num_params() / 8 / (host.tiers["ddr"].bandwidth.value * 1e9 / 8))
 
 
 def test_where_the_accumulated_gradients_hold_the_step_the_need_is_still_the_tiers_bandwidth():

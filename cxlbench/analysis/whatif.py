@@ -296,8 +296,9 @@ def price(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, overlap
            scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Prediction:
     host = tier.bandwidth.value * 1e9 if tier.bandwidth else None
     rates = per_gpu(_node_rates(gpu, tier, scale_adamw, scale_nvme), cluster, host)
-    if host and tier.kind in ("ddr", "cxl"):
-        # the state and the pinned buffers the copies use are both on this tier
+    if host:
+        # the state (on NVMe: the DDR buffers it is stepped in) and the pinned buffers
+        # the copies use are both on this tier
         rates = replace(rates, state_Bps=rates.host_Bps)
     return predict(w, rates, overlap)
 

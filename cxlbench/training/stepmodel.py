@@ -85,11 +85,12 @@ step. Streamed parameters are fetched (and gathered
 from the peers) by every micro-step, so there h2d and all_gather are K times too.
 
 Where one memory holds the optimizer state and the copies' buffers (Rates.state_Bps:
-the what-if's DDR or CXL tier), the step lasts at least as long as that memory takes to
-move everything the step asks of it, whatever overlaps: AdamW's 28 B a parameter, the
-gradients down (and, accumulating, their running sum back up) and the parameters back
-(the term state_memory). The delayed update overlaps these in time; it cannot make the
-memory faster.
+the what-if's DDR or CXL tier; DDR for state on NVMe, which is stepped in DDR buffers),
+the step lasts at least as long as that memory takes to move everything the step asks
+of it, whatever overlaps: AdamW's 28 B a parameter, the gradients down (and,
+accumulating, their running sum back up), the parameters back, and with the state on
+NVMe its swap in and out of the buffers (nvme_bytes each way) (the term state_memory).
+The delayed update overlaps these in time; it cannot make the memory faster.
 
 Many GPUs (Cluster, per_gpu): the workload is one GPU's (its tokens; the optimizer
 state partitioned over `shards` GPUs, so every host term prices N / shards) and the
@@ -145,7 +146,8 @@ class Rates:
     host_Bps: float | None = None   # the GPU's share of the host tier, both directions together
     state_Bps: float | None = None  # the GPU's share of the memory holding the optimizer state,
                                     # where the copies' buffers live in it too (the what-if's DDR
-                                    # or CXL): a floor on the step, whatever overlaps
+                                    # or CXL; DDR's buffers for NVMe): a floor on the step,
+                                    # whatever overlaps
 
 
 @dataclass(frozen=True)
@@ -336,8 +338,9 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     if r.state_Bps and w.offload:
         # One memory holds the state and the copies' buffers: whatever overlaps, the
         # step lasts at least as long as that memory takes to move AdamW's bytes, the
-        # gradients (and their running sum back up) and the parameters going back.
-        moved = (ADAMW_BYTES + w.grad_bytes * (2 * k - 1) + w.param_bytes) * n
+        # gradients (and their running sum back up), the parameters going back and
+        # the state's swap to and from NVMe through the buffers.
+        moved = (ADAMW_BYTES + w.grad_bytes * (2 * k - 1) + w.param_bytes + 2 * w.nvme_bytes) * n
         terms["state_memory"] = moved / r.state_Bps
         step = max(step, terms["state_memory"])
     return Prediction(terms, step, overlap, basis)
