@@ -65,7 +65,8 @@ def topology() -> dict[str, int]:
 
 def train(args: argparse.Namespace, where: dict[str, int]) -> str:
     """This rank's timed steps, gathered on every rank; rank 0 stores them (and
-    returns where), the others wait for it so no launcher leaves early."""
+    returns where), the others wait for it in the engine's close, so no launcher
+    leaves early."""
     import torch.distributed as dist
     from cxlbench.training.configs import model_config, train_config
     from cxlbench.training.data import MarkovTokens
@@ -96,7 +97,6 @@ def train(args: argparse.Namespace, where: dict[str, int]) -> str:
     try:
         return store(args, everyone) if where["rank"] == 0 else ""
     finally:
-        dist.barrier()
         engine.close()
 
 

@@ -573,6 +573,18 @@ class NoOffloadEngine(_EngineBase):
         return torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
 
 
+def _all_ranks_done(prefix: str = "cxlbench/closed") -> None:
+    """Every rank of the default group marks itself done in its store and waits until
+    all have (the store's own timeout, 30 min by default, bounds the wait)."""
+    import torch.distributed as dist
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world == 1:
+        return
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"{prefix}/{rank}", "1")
+    store.wait([f"{prefix}/{r}" for r in range(world)])
+
+
 class Fsdp2Engine(_EngineBase):
     """FSDP2 with CPUOffloadPolicy: the reference users would run. World size 1 unless
     started by torchrun (then the usual env:// rendezvous, one GPU per rank).
@@ -673,7 +685,20 @@ class Fsdp2Engine(_EngineBase):
         return out
 
     def close(self) -> None:
+        """Tear the group down once every rank is past its last collective. A barrier
+        does not ensure it: the first rank out can close its connections while the
+        barrier's last message to another is in flight, and gloo aborts that rank
+        (pytorch/gloo#155; seen once here, "terminate called without an active
+        exception" in a two-rank run after the results were stored). So each rank
+        says it is done in the rendezvous store, out of band, and waits for all.
+        The model and optimizer go first: FSDP2's modules hold the device mesh and
+        through it the group."""
+        import gc
+
         import torch.distributed as dist
         super().close()
+        self.model = self.opt = None
+        gc.collect()
         if self._owns_pg and dist.is_initialized():
+            _all_ranks_done()
             dist.destroy_process_group()
