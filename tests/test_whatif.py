@@ -130,6 +130,7 @@ def test_a_profile_file_of_ones_own_is_read_like_an_entry(tmp_path, capsys):
     (["--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--accumulate", "0"], "at least 1"),
     (["tiny-run-dir", "--model", "70b", "--accumulate", "4"], "--accumulate prices a server's step"),
     (["tiny-run-dir", "--model", "70b", "--zero", "3"], "--zero prices a server's step"),
+    (["--published", "--zero", "3"], "drop --zero"),
     (["--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--zero", "1"], "invalid choice"),
 ])
 def test_a_missing_or_bad_input_exits_2_with_one_line_naming_it(capsys, args, says):
@@ -329,20 +330,57 @@ def test_sharded_parameters_are_gathered_for_every_forward_and_backward_not_afte
 
 
 def test_a_model_whose_bf16_copy_does_not_fit_a_gpu_is_priced_at_zero_3_and_says_why():
+    from cxlbench.analysis.whatif import REDUCE_BUCKET_BYTES
     from cxlbench.training.configs import model_config
     from cxlbench.training.stepmodel import activation_bytes
     gpu, host = _h100(), load_host("h100-8gpu-cxl")
     big = whatif(gpu, host, "70b", Cluster(8, 1))
     assert big.zero == 3 and "ZeRO-3" in big.headline and "more than its 80 GiB" in big.headline
     cfg = model_config("70b")
-    n, layer = cfg.num_params(), (cfg.num_params() - 2 * cfg.vocab_size * cfg.dim) / cfg.n_layers
+    n, unit = cfg.num_params(), cfg.vocab_size * cfg.dim         # the output matrix outweighs a block
+    assert unit > (n - 2 * unit) / cfg.n_layers
     act = activation_bytes(2048, cfg.dim, cfg.n_layers)
-    assert big.rows[1].device_bytes == int(2 * n / 8 + 4 * layer + 2 * n / 8 + act)   # params, 2 layers, grads
-    assert big.hbm.device_bytes == int(2 * n / 8 + 4 * layer + 2 * n / 8 + 12 * n / 8 + act)
-    assert all(r.plain.step_s < r2.plain.step_s for r, r2 in
-               zip(big.rows, whatif(gpu, host, "70b", Cluster(8, 1), zero=2).rows))   # no gather after the update
+    # offloaded: its partition of the params, two gathered units, the reduce bucket (the
+    # gradient partitions go to the host), the activations
+    assert big.rows[1].device_bytes == int(2 * n / 8 + 4 * unit + REDUCE_BUCKET_BYTES + act)
+    assert big.hbm.device_bytes == int(2 * n / 8 + 4 * unit + REDUCE_BUCKET_BYTES + 2 * n / 8 + 12 * n / 8 + act)
     asked = whatif(gpu, host, "70b", Cluster(8, 1), zero=2)
-    assert asked.zero == 2 and asked.rows[1].device_bytes == int(2 * n + 2 * n / 8 + act) > asked.capacity_bytes
-    small = whatif(gpu, host, "8b", Cluster(8, 1))
-    assert small.zero == 2 and "ZeRO-2" in small.headline and small.rows[1].device_bytes <= small.capacity_bytes
-    assert "all-gather₁" in big.combine and "all-gather₁" not in small.combine
+    assert all(r.plain.step_s < r2.plain.step_s for r, r2 in zip(big.rows, asked.rows))  # no gather after the update
+    assert asked.zero == 2 and asked.rows[1].device_bytes == int(2 * n + REDUCE_BUCKET_BYTES + act) > asked.capacity_bytes
+    assert "gather −" not in asked.combine and "gather −" in big.combine and "two gathers" in big.combine
+
+
+def test_the_stage_is_chosen_by_the_offloaded_placement_and_one_gpu_has_nothing_to_shard(capsys):
+    """8b on 2 GPUs at batch 2: all-HBM's state does not fit, the offloaded ZeRO-2
+    placement does, so ZeRO-2 it is; 70b on one GPU stays ZeRO-2 (and --zero 3 there
+    is refused in one line)."""
+    gpu, host = _h100(), load_host("h100-8gpu-cxl")
+    two = whatif(gpu, host, "8b", Cluster(2, 1), batch=2)
+    assert two.zero == 2 and two.rows[1].device_bytes <= two.capacity_bytes < two.hbm.device_bytes
+    one = whatif(gpu, host, "70b", Cluster(1, 1))
+    assert one.zero == 2 and "one GPU" in one.headline
+    with pytest.raises(AdviceError, match="nothing to shard"):
+        whatif(gpu, host, "70b", Cluster(1, 1), zero=3)
+    code, out, err = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--gpus", "1", "--host",
+                             "h100-8gpu-cxl", "--zero", "3")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "nothing to shard" in err
+
+
+def test_with_recompute_the_zero_3_line_counts_the_recomputed_forwards_gather():
+    w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1), batch=4, recompute=True)
+    assert w.zero == 3 and "reduce-scatter + 2 × gather" in w.combine and "three gathers" in w.combine
+    assert w.hbm.plain.terms["all_gather"] == pytest.approx(3 * w.hbm.plain.terms["reduce_scatter"])
+
+
+def test_the_delayed_update_at_zero_3_overlaps_the_host_chain_with_no_gather_after_it():
+    from cxlbench.training.stepmodel import Workload, predict
+    w = Workload(n_params=8 * 10**9, n_params_nonembed=8 * 10**9, n_layers=32, dim=4096, seq_len=2048,
+                 tokens_per_step=2048, shards=8, params_sharded=True)
+    r = Rates(flops_per_s=1.0, compute_s=0.3, d2h_Bps=1e12, h2d_Bps=1e12, opt_params_per_s=2e9,
+              collective_Bps=100e9)
+    p = predict(w, r, "dpu")
+    exposed = (0.14 - 0.1) + (0.28 - 0.2)                            # as in the overlapped case above
+    chain = 1e9 / 2e9 + 2e9 / 1e12                                   # 0.5 s of update, then its copy
+    assert p.step_s == pytest.approx(max(0.3 + exposed, chain))
+    longer = predict(w, replace(r, compute_s=0.9), "dpu")            # the compute now outlasts the update
+    assert longer.step_s == pytest.approx(0.9)                       # every gather hidden, none after

@@ -47,27 +47,26 @@ HOST_TIERS = ("ddr", "cxl", "nvme")
 #: The step's terms a row shows, in the order the tables print them
 TERMS = ("compute", "d2h", "h2d", "optimizer", "nvme", "reduce_scatter", "all_gather", "state_memory")
 #: How a row's terms add up, for the reader (training/stepmodel.py)
+FLOOR = ("on every host tier, each at least state-memory: the time that tier's memory (DDR's buffers under NVMe) "
+         "takes to move what the update, the gradients, the parameters and NVMe's swap ask of it")
 COMBINE_DPU = ("without DPU, step = compute + max(0, max(d2h, reduce-scatter) − ⅔·compute) + max(optimizer, nvme, "
                "h2d) + h2d/chunks + all-gather; with DPU, step = max(compute + max(0, max(d2h, reduce-scatter) − "
                "⅔·compute), max(optimizer, nvme, h2d) + h2d/chunks + all-gather); all-HBM: compute + max(0, "
-               "reduce-scatter − ⅔·compute) + optimizer + all-gather; on DDR and CXL, each at least state-memory, the "
-               "time that tier takes to move what the update, the gradients and the parameters ask of it")
+               "reduce-scatter − ⅔·compute) + optimizer + all-gather; " + FLOOR)
 #: The same with the parameters sharded too (ZeRO-3): gathered for every forward and
 #: backward behind the compute, not after the update
 COMBINE_ZERO3 = ("without DPU, step = compute + exposed + max(optimizer, nvme, h2d) + h2d/chunks; with DPU, step = "
                  "max(compute + exposed, max(optimizer, nvme, h2d) + h2d/chunks); all-HBM: compute + exposed + "
-                 "optimizer; exposed = max(0, all-gather₁ − ⅓·compute) + max(0, max(d2h, reduce-scatter + "
-                 "all-gather₁) − ⅔·compute), the forward's gather behind the forward and the backward's beside the "
-                 "reduce-scatter behind the backward (all-gather counts both); on DDR and CXL, each at least "
-                 "state-memory, the time that tier takes to move what the update, the gradients and the parameters "
-                 "ask of it")
+                 "optimizer; exposed = max(0, gather − ⅓·compute) + max(0, max(d2h, reduce-scatter + {back}) − "
+                 "⅔·compute), the forward's gather behind the forward and the backward's beside the reduce-scatter "
+                 "behind the backward (all-gather is the {count} gathers' sum); " + FLOOR)
 #: What the model leaves out, said wherever its figures are shown
 LEFT_OUT = ("the collectives' latency and algorithm efficiency (the GPUs' exchange is priced at the links' "
             "rates: a lower bound); "
             "activations offloaded to the host (they stay in HBM: "
             f"{ACTIVATION_BYTES} B × tokens × dim × layers, or with --recompute each layer's bf16 input and one "
             "layer's whole); DPU's staleness (one step) as it affects convergence; "
-            "the CUDA context and allocator slack in what fits")
+            "the output logits (fp32, and their gradient), the CUDA context and allocator slack in what fits")
 
 
 @dataclass
@@ -236,14 +235,17 @@ class WhatIf:
     @property
     def combine(self) -> str:
         """How a row's terms add up, with what accumulation changes in them."""
-        base = COMBINE_ZERO3 if self.zero == 3 else COMBINE_DPU
+        base = COMBINE_DPU
+        if self.zero == 3:
+            base = COMBINE_ZERO3.format(back="2 × gather" if self.recompute else "gather",
+                                        count="three" if self.recompute else "two")
         if self.micro_steps == 1:
             return base
         return (base + f"; with {self.micro_steps} batches per optimizer step, compute, d2h and "
-                "reduce-scatter are their sums over the batches and max(0, max(d2h, reduce-scatter) − ⅔·compute) "
-                "is taken batch by batch (the accumulated gradients crossing the host tier both ways from the "
-                "second on), the update and its copies back once"
-                + (", the parameters' gathers every batch" if self.zero == 3 else ", and the all-gather"))
+                "reduce-scatter" + (" and the gathers" if self.zero == 3 else "") + " are their sums over the "
+                "batches and what the compute cannot hide of them is taken batch by batch (the accumulated "
+                "gradients crossing the host tier both ways from the second on), the update and its copies back "
+                "once" + ("" if self.zero == 3 else ", and the all-gather"))
 
     def figures(self) -> list[Figure]:
         seen, out = set(), []
@@ -264,21 +266,35 @@ def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool,
     return replace(w, params_sharded=zero == 3 and cluster.gpus > 1)
 
 
-def hbm_need(zero: int, offload: bool, n: int, gpus: int, layer_params: float, activations: int) -> int:
-    """What one GPU holds: its partition of the bf16 gradients, with the optimizer state
-    in HBM its partition of the fp32 master, m and v (12 B a parameter); the bf16
-    parameters whole (ZeRO-2), or its partition of them and the layers being gathered:
-    the one computing and the one prefetched (ZeRO-3); and the activations."""
+#: The gradients' reduce bucket a GPU holds while the partitions go to the host:
+#: DeepSpeed's default, zero_optimization.reduce_bucket_size = 5e8 elements, bf16
+REDUCE_BUCKET_BYTES = 2 * 500_000_000
+
+
+def hbm_need(zero: int, offload: bool, n: int, gpus: int, unit_params: float, activations: int) -> int:
+    """What one GPU holds: the bf16 parameters whole (ZeRO-2), or its partition of them
+    and two gathered units, the one computing and the one prefetched (ZeRO-3;
+    `unit_params` the largest module gathered at once); the gradients' reduce bucket,
+    and with the optimizer in HBM its gradient partition and its partition of the fp32
+    master, m and v (12 B a parameter) — offloaded, DeepSpeed keeps the gradient
+    partitions on the host; and the activations."""
+    params = 2 * n if zero == 2 else 2 * n / gpus + 2 * 2 * unit_params
+    grads = REDUCE_BUCKET_BYTES + (0 if offload else 2 * n / gpus)
     state = 0 if offload else 12 * n / gpus
-    params = 2 * n if zero == 2 else 2 * n / gpus + 2 * 2 * layer_params
-    return int(params + 2 * n / gpus + state + activations)
+    return int(params + grads + state + activations)
 
 
-def _stage(zero: int | None, zero2_need: int, capacity: int) -> tuple[int, str]:
+def _stage(zero: int | None, gpus: int, zero2_need: int, capacity: int) -> tuple[int, str]:
     """ZeRO-2 where its offloaded placement fits a GPU (the parameters need no gathering
-    then: ZeRO-Offload's layout); else ZeRO-3 (ZeRO-Infinity's); or the stage asked for."""
+    then: ZeRO-Offload's layout) or there is one GPU; else ZeRO-3 (ZeRO-Infinity's); or
+    the stage asked for."""
+    if zero == 3 and gpus == 1:
+        raise AdviceError("--zero 3 shards the parameters over the GPUs: with one GPU there is nothing to shard "
+                          "them over (give --gpus above 1, or --zero 2)")
     if zero is not None:
         return zero, "as asked"
+    if gpus == 1:
+        return 2, "one GPU: nothing to shard the parameters over"
     if zero2_need <= capacity:
         return 2, f"{zero2_need / GIB:,.0f} GiB a GPU with the state offloaded fits {capacity / GIB:.0f} GiB"
     return 3, (f"ZeRO-2's whole bf16 copy would need {zero2_need / GIB:,.0f} GiB a GPU with the state offloaded, "
@@ -430,12 +446,13 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
     activations = activation_bytes(train.batch * train.seq_len, cfg.dim, cfg.n_layers, recompute)
     n = cfg.num_params()
     capacity = int(gpu.hbm.value * GIB)
-    layer = (n - 2 * cfg.vocab_size * cfg.dim) / cfg.n_layers      # a block's, not the embeddings'
+    # the largest module gathered at once: a block, or the embedding (or output) matrix
+    unit = max((n - 2 * cfg.vocab_size * cfg.dim) / cfg.n_layers, cfg.vocab_size * cfg.dim)
 
     def need(offload: bool, stage: int) -> int:
-        return hbm_need(stage, offload, n, cluster.gpus, layer, activations)
+        return hbm_need(stage, offload, n, cluster.gpus, unit, activations)
 
-    zero, why = _stage(zero, need(True, 2), capacity)
+    zero, why = _stage(zero, cluster.gpus, need(True, 2), capacity)
     w_hbm = _workload(model, train.batch, train.seq_len, cluster, offload=False, nvme=False, recompute=recompute,
                       micro_steps=micro_steps, zero=zero)
     hbm = predict(w_hbm, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value,
@@ -459,4 +476,4 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
 
 
 __all__ = ["load_host", "host_from_runs", "whatif", "price", "HostProfile", "Need", "TierRow", "WhatIf", "PER_CORE_ADAMW",
-           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "COMBINE_ZERO3", "LEFT_OUT", "TERMS", "term_label"]
+           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "COMBINE_ZERO3", "LEFT_OUT", "REDUCE_BUCKET_BYTES", "hbm_need", "TERMS", "term_label"]

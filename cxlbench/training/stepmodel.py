@@ -80,9 +80,10 @@ both ways from one bandwidth: each micro-step after the first costs the longest 
 link's two times and twice the gradients over the GPU's share of the tier
 (Rates.host_Bps), so the first may hide where the later ones do not. DeepSpeed sends the
 boundary micro-step's gradients in fp32 (2 B a parameter more, once a step): not counted.
-The host's update, the copy of the parameters back and the all-gather happen once per
-step. Streamed parameters are fetched (and gathered
-from the peers) by every micro-step, so there h2d and all_gather are K times too.
+The host's update, the copy of the parameters back and ZeRO-2's all-gather happen once per
+step. Sharded parameters are gathered by every micro-step (Workload.gathers times), and
+streamed ones fetched (and gathered from the peers), so there h2d and all_gather are K
+times too.
 
 Where one memory holds the optimizer state and the copies' buffers (Rates.state_Bps:
 the what-if's DDR or CXL tier; DDR for state on NVMe, which is stepped in DDR buffers),
@@ -188,7 +189,10 @@ class Workload:
     @property
     def gathers(self) -> int:
         """All-gathers of the parameters each micro-step where they are sharded: the
-        forward's and the backward's, and the recompute's forward with checkpointing."""
+        forward's and the backward's, and the recompute's forward with checkpointing, as
+        ZeRO-Infinity §4 counts them. DeepSpeed keeps a module gathered from its
+        recompute to its backward when that is within stage3_max_reuse_distance (1e9
+        elements by default), which makes it two: the count is then an upper bound."""
         return 3 if self.recompute else 2
 
     @property
