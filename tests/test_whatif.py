@@ -384,3 +384,17 @@ def test_the_delayed_update_at_zero_3_overlaps_the_host_chain_with_no_gather_aft
     assert p.step_s == pytest.approx(max(0.3 + exposed, chain))
     longer = predict(w, replace(r, compute_s=0.9), "dpu")            # the compute now outlasts the update
     assert longer.step_s == pytest.approx(0.9)                       # every gather hidden, none after
+
+
+def test_what_a_gpu_holds_is_shown_part_by_part_and_adds_up_to_the_need(tmp_path, capsys):
+    from cxlbench.analysis.whatif import held_text
+    w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1))
+    assert sum(w.held_offloaded.values()) == pytest.approx(w.rows[1].device_bytes, abs=1)
+    assert sum(w.held_hbm.values()) == pytest.approx(w.hbm.device_bytes, abs=1)
+    line = held_text(w)
+    assert "ZeRO-3" in line and "two gathered units" in line and "fp32 master, m and v (its 1/8)" in line
+    assert f"= {w.rows[1].device_bytes / 2**30:,.0f} GiB;" in line
+    out_html = tmp_path / "w.html"
+    code, out, _ = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--gpus", "8", "--host",
+                           "h100-8gpu-cxl", "-o", str(out_html))
+    assert code == 0 and line in out and "two gathered units" in out_html.read_text()

@@ -214,6 +214,8 @@ class WhatIf:
     zero: int = 2                     # ZeRO stage: 2 keeps the bf16 parameters whole on every GPU,
                                       # 3 shards them too
     zero_why: str = ""                # why that stage
+    held_offloaded: dict[str, float] = field(default_factory=dict)   # what a GPU holds, part by part
+    held_hbm: dict[str, float] = field(default_factory=dict)
 
     @property
     def hbm(self) -> TierRow:
@@ -271,17 +273,36 @@ def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool,
 REDUCE_BUCKET_BYTES = 2 * 500_000_000
 
 
+def hbm_parts(zero: int, offload: bool, n: int, gpus: int, unit_params: float, activations: int) -> dict[str, float]:
+    """What one GPU holds, part by part (bytes): the bf16 parameters whole (ZeRO-2), or
+    its partition of them and two gathered units, the one computing and the one
+    prefetched (ZeRO-3; `unit_params` the largest module gathered at once); the
+    gradients' reduce bucket, and with the optimizer in HBM its gradient partition and
+    its partition of the fp32 master, m and v (12 B a parameter) — offloaded, DeepSpeed
+    keeps the gradient partitions on the host; and the activations."""
+    share = f"(its 1/{gpus})"
+    parts = {"bf16 parameters (whole)": 2 * n} if zero == 2 else {
+        f"bf16 parameters {share}": 2 * n / gpus, "two gathered units": 2 * 2 * unit_params}
+    parts["reduce bucket"] = REDUCE_BUCKET_BYTES
+    if not offload:
+        parts[f"bf16 gradients {share}"] = 2 * n / gpus
+        parts[f"fp32 master, m and v {share}"] = 12 * n / gpus
+    parts["activations"] = activations
+    return parts
+
+
 def hbm_need(zero: int, offload: bool, n: int, gpus: int, unit_params: float, activations: int) -> int:
-    """What one GPU holds: the bf16 parameters whole (ZeRO-2), or its partition of them
-    and two gathered units, the one computing and the one prefetched (ZeRO-3;
-    `unit_params` the largest module gathered at once); the gradients' reduce bucket,
-    and with the optimizer in HBM its gradient partition and its partition of the fp32
-    master, m and v (12 B a parameter) — offloaded, DeepSpeed keeps the gradient
-    partitions on the host; and the activations."""
-    params = 2 * n if zero == 2 else 2 * n / gpus + 2 * 2 * unit_params
-    grads = REDUCE_BUCKET_BYTES + (0 if offload else 2 * n / gpus)
-    state = 0 if offload else 12 * n / gpus
-    return int(params + grads + state + activations)
+    """What one GPU holds (hbm_parts), in all."""
+    return int(sum(hbm_parts(zero, offload, n, gpus, unit_params, activations).values()))
+
+
+def held_text(w: "WhatIf") -> str:
+    """What a GPU holds, offloaded and all-HBM, part by part: why a placement fits or not."""
+    def gib(parts: dict[str, float]) -> str:
+        return " + ".join(f"{k} {v / GIB:,.1f}" for k, v in parts.items()) + f" = {sum(parts.values()) / GIB:,.0f} GiB"
+    extra = {k: v for k, v in w.held_hbm.items() if k not in w.held_offloaded}
+    return (f"HBM a GPU holds (ZeRO-{w.zero}, GiB): with the state offloaded, {gib(w.held_offloaded)}; all-HBM adds "
+            + " + ".join(f"{k} {v / GIB:,.1f}" for k, v in extra.items()) + f" = {sum(w.held_hbm.values()) / GIB:,.0f} GiB")
 
 
 def _stage(zero: int | None, gpus: int, zero2_need: int, capacity: int) -> tuple[int, str]:
@@ -472,8 +493,9 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
     if len(rows) == 1:
         raise AdviceError(f"host {host.name!r} has no DDR, CXL or NVMe tier to place the optimizer state on")
     return WhatIf(model, n, gpu, host, cluster, train.batch, train.seq_len, target, rows, capacity,
-                  recompute, micro_steps, zero, why)
+                  recompute, micro_steps, zero, why, hbm_parts(zero, True, n, cluster.gpus, unit, activations),
+                  hbm_parts(zero, False, n, cluster.gpus, unit, activations))
 
 
 __all__ = ["load_host", "host_from_runs", "whatif", "price", "HostProfile", "Need", "TierRow", "WhatIf", "PER_CORE_ADAMW",
-           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "COMBINE_ZERO3", "LEFT_OUT", "REDUCE_BUCKET_BYTES", "hbm_need", "TERMS", "term_label"]
+           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "COMBINE_ZERO3", "LEFT_OUT", "REDUCE_BUCKET_BYTES", "hbm_need", "hbm_parts", "held_text", "TERMS", "term_label"]

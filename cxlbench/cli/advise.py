@@ -111,6 +111,8 @@ def whatif_text(w) -> str:
     heads = ["placement", "HBM need/GPU", "fits", "tokens/s", "of all-HBM", "tokens/s DPU", "with DPU",
              *(f"{term_label(t)} s" for t in TERMS)]
     lines += text_table(heads, rows, {1, *range(3, len(heads))})
+    from cxlbench.analysis.whatif import held_text
+    lines.append(held_text(w))
     if w.hbm.device_bytes > w.capacity_bytes:
         lines.append(f"all-HBM does not fit {w.capacity_bytes / 2**30:.0f} GiB a GPU (needs "
                      f"{w.hbm.device_bytes / 2**30:,.0f} GiB): it is the reference each share is taken of, as if it did")

@@ -14,7 +14,7 @@ from typing import Any
 
 from cxlbench.version import __version__
 from cxlbench.analysis.advisor import Advice
-from cxlbench.analysis.whatif import LEFT_OUT, TERMS, WhatIf, term_label
+from cxlbench.analysis.whatif import LEFT_OUT, TERMS, WhatIf, held_text, term_label
 from cxlbench.report import _css, build, environment
 from cxlbench.report.placements import _bare, advice_section, tier_key
 from cxlbench.results.store import atomic_write
@@ -69,7 +69,7 @@ def whatif_context(w: WhatIf) -> dict[str, Any]:
     return {"css": _css(), "version": __version__, "w": {"headline": w.headline, "gpus": w.cluster.gpus},
             "title": f"{w.model} on {w.cluster.gpus} GPUs: what each tier leaves of all-HBM",
             "svg": maker.svg(_share_chart(w, maker), wide=True), "rows": rows, "terms": [term_label(t) for t in TERMS],
-            "combine": w.combine, "hbm_note": hbm_note, "target": f"{w.target * 100:g}%", "inputs": inputs,
+            "combine": w.combine, "hbm_note": hbm_note, "held": held_text(w), "target": f"{w.target * 100:g}%", "inputs": inputs,
             "left_out": LEFT_OUT, "published": _published_rows()}
 
 
