@@ -265,7 +265,7 @@ def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool,
     (gradient accumulation), then one update."""
     w = advisor_workload(model_config(model), train_config(model, batch=batch, seq_len=seq), offload, nvme,
                          shards=cluster.gpus, recompute=recompute).accumulating(micro_steps)
-    return replace(w, params_sharded=zero == 3 and cluster.gpus > 1)
+    return replace(w, params_sharded=zero == 3)
 
 
 #: The gradients' reduce bucket a GPU holds while the partitions go to the host:
@@ -298,11 +298,13 @@ def hbm_need(zero: int, offload: bool, n: int, gpus: int, unit_params: float, ac
 
 def held_text(w: "WhatIf") -> str:
     """What a GPU holds, offloaded and all-HBM, part by part: why a placement fits or not."""
-    def gib(parts: dict[str, float]) -> str:
-        return " + ".join(f"{k} {v / GIB:,.1f}" for k, v in parts.items()) + f" = {sum(parts.values()) / GIB:,.0f} GiB"
+    def listed(parts: dict[str, float]) -> str:
+        return " + ".join(f"{k} {v / GIB:,.1f}" for k, v in parts.items())
+
     extra = {k: v for k, v in w.held_hbm.items() if k not in w.held_offloaded}
-    return (f"HBM a GPU holds (ZeRO-{w.zero}, GiB): with the state offloaded, {gib(w.held_offloaded)}; all-HBM adds "
-            + " + ".join(f"{k} {v / GIB:,.1f}" for k, v in extra.items()) + f" = {sum(w.held_hbm.values()) / GIB:,.0f} GiB")
+    return (f"HBM a GPU holds (ZeRO-{w.zero}, GiB): with the state offloaded, {listed(w.held_offloaded)} = "
+            f"{w.rows[1].device_bytes / GIB:,.0f} GiB; all-HBM adds {listed(extra)} = "
+            f"{w.hbm.device_bytes / GIB:,.0f} GiB")
 
 
 def _stage(zero: int | None, gpus: int, zero2_need: int, capacity: int) -> tuple[int, str]:
@@ -470,32 +472,31 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
     # the largest module gathered at once: a block, or the embedding (or output) matrix
     unit = max((n - 2 * cfg.vocab_size * cfg.dim) / cfg.n_layers, cfg.vocab_size * cfg.dim)
 
-    def need(offload: bool, stage: int) -> int:
-        return hbm_need(stage, offload, n, cluster.gpus, unit, activations)
-
-    zero, why = _stage(zero, cluster.gpus, need(True, 2), capacity)
+    zero, why = _stage(zero, cluster.gpus, hbm_need(2, True, n, cluster.gpus, unit, activations), capacity)
+    held = {offload: hbm_parts(zero, offload, n, cluster.gpus, unit, activations) for offload in (True, False)}
+    need = {offload: int(sum(parts.values())) for offload, parts in held.items()}
     w_hbm = _workload(model, train.batch, train.seq_len, cluster, offload=False, nvme=False, recompute=recompute,
                       micro_steps=micro_steps, zero=zero)
     hbm = predict(w_hbm, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value,
                                collective_Bps=cluster.collective_Bps), "none")
     hbm_tokens = _tokens(hbm, w_hbm, cluster)
-    rows = [TierRow("hbm", "hbm", hbm, hbm, hbm_tokens, hbm_tokens, need(False, zero), 1.0, 1.0)]
+    rows = [TierRow("hbm", "hbm", hbm, hbm, hbm_tokens, hbm_tokens, need[False], 1.0, 1.0)]
     for kind in HOST_TIERS:
         for tier in sorted((t for t in host.tiers.values() if t.kind == kind), key=lambda t: t.name):
             w = _workload(model, train.batch, train.seq_len, cluster, offload=True, nvme=kind == "nvme",
                           recompute=recompute, micro_steps=micro_steps, zero=zero)
             plain, dpu = (price(w, gpu, tier, cluster, o) for o in ("overlapped", "dpu"))
             row = TierRow(tier.name, kind, plain, dpu, _tokens(plain, w, cluster), _tokens(dpu, w, cluster),
-                          need(True, zero))
+                          need[True])
             row.share, row.dpu_share = row.tokens_per_s / hbm_tokens, row.dpu_tokens_per_s / hbm_tokens
             row.needs = _needs(w, gpu, tier, cluster, hbm_tokens, target)
             rows.append(row)
     if len(rows) == 1:
         raise AdviceError(f"host {host.name!r} has no DDR, CXL or NVMe tier to place the optimizer state on")
     return WhatIf(model, n, gpu, host, cluster, train.batch, train.seq_len, target, rows, capacity,
-                  recompute, micro_steps, zero, why, hbm_parts(zero, True, n, cluster.gpus, unit, activations),
-                  hbm_parts(zero, False, n, cluster.gpus, unit, activations))
+                  recompute, micro_steps, zero, why, held[True], held[False])
 
 
 __all__ = ["load_host", "host_from_runs", "whatif", "price", "HostProfile", "Need", "TierRow", "WhatIf", "PER_CORE_ADAMW",
-           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "COMBINE_ZERO3", "LEFT_OUT", "REDUCE_BUCKET_BYTES", "hbm_need", "hbm_parts", "held_text", "TERMS", "term_label"]
+           "HOSTS_FILE", "PAPER", "COMBINE_DPU", "COMBINE_ZERO3", "LEFT_OUT", "REDUCE_BUCKET_BYTES", "hbm_need",
+           "hbm_parts", "held_text", "TERMS", "term_label"]

@@ -100,7 +100,7 @@ def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus
 
 def whatif_text(w) -> str:
     from cxlbench.analysis.compare import text_table
-    from cxlbench.analysis.whatif import TERMS, term_label
+    from cxlbench.analysis.whatif import TERMS, held_text, term_label
     lines = [w.headline,
              "MODELLED, not measured: training.stepmodel priced for one GPU with its share of its node; " + w.combine,
              ""]
@@ -111,7 +111,6 @@ def whatif_text(w) -> str:
     heads = ["placement", "HBM need/GPU", "fits", "tokens/s", "of all-HBM", "tokens/s DPU", "with DPU",
              *(f"{term_label(t)} s" for t in TERMS)]
     lines += text_table(heads, rows, {1, *range(3, len(heads))})
-    from cxlbench.analysis.whatif import held_text
     lines.append(held_text(w))
     if w.hbm.device_bytes > w.capacity_bytes:
         lines.append(f"all-HBM does not fit {w.capacity_bytes / 2**30:.0f} GiB a GPU (needs "

@@ -69,7 +69,8 @@ def whatif_context(w: WhatIf) -> dict[str, Any]:
     return {"css": _css(), "version": __version__, "w": {"headline": w.headline, "gpus": w.cluster.gpus},
             "title": f"{w.model} on {w.cluster.gpus} GPUs: what each tier leaves of all-HBM",
             "svg": maker.svg(_share_chart(w, maker), wide=True), "rows": rows, "terms": [term_label(t) for t in TERMS],
-            "combine": w.combine, "hbm_note": hbm_note, "held": held_text(w), "target": f"{w.target * 100:g}%", "inputs": inputs,
+            "combine": w.combine, "hbm_note": hbm_note, "held": held_text(w), "target": f"{w.target * 100:g}%",
+            "inputs": inputs,
             "left_out": LEFT_OUT, "published": _published_rows()}
 
 

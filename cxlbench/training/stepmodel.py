@@ -319,7 +319,8 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
         raise ValueError(f"sharded parameters are priced for none, overlapped and dpu, not {overlap!r}")
     if w.shards > 1 and r.collective_Bps:
         ring = w.n_params * (w.shards - 1) / w.shards / r.collective_Bps
-        terms["reduce_scatter"], terms["all_gather"] = k * w.grad_bytes * ring, _gathers(w, overlap) * w.param_bytes * ring
+        terms["reduce_scatter"] = k * w.grad_bytes * ring
+        terms["all_gather"] = _gathers(w, overlap) * w.param_bytes * ring
     c, d2h, h2d = terms["compute"], terms.get("d2h", 0.0), terms.get("h2d", 0.0)
     opt, nvme = terms.get("optimizer", 0.0), terms.get("nvme", 0.0)
     rs, ag = terms.get("reduce_scatter", 0.0), terms.get("all_gather", 0.0)
