@@ -272,7 +272,7 @@ def _host_chain(w: Workload, opt: float, nvme: float, h2d: float) -> float:
     return max(opt, nvme, h2d) + h2d / max(1, w.chunks)
 
 
-def _gathers(w: Workload, overlap: str) -> float:
+def _gathers_per_step(w: Workload, overlap: str) -> float:
     """The parameters' all-gathers per optimizer step: ZeRO-2's one after the update;
     sharded parameters' every micro-step's; streamed parameters' once a micro-step
     (their param_bytes counts the fetches)."""
@@ -320,7 +320,7 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
     if w.shards > 1 and r.collective_Bps:
         ring = w.n_params * (w.shards - 1) / w.shards / r.collective_Bps
         terms["reduce_scatter"] = k * w.grad_bytes * ring
-        terms["all_gather"] = _gathers(w, overlap) * w.param_bytes * ring
+        terms["all_gather"] = _gathers_per_step(w, overlap) * w.param_bytes * ring
     c, d2h, h2d = terms["compute"], terms.get("d2h", 0.0), terms.get("h2d", 0.0)
     opt, nvme = terms.get("optimizer", 0.0), terms.get("nvme", 0.0)
     rs, ag = terms.get("reduce_scatter", 0.0), terms.get("all_gather", 0.0)
