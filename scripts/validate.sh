@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Interleaved runs of cxlbench's validation suite and the reference tools on the
+# Interleaved runs of cxlbench's validation suites and the reference tools on the
 # same machine, back to back, so drift hits both alike. Figures go to OUT/*.txt;
 # docs/validation.md holds the tables made from them.
 #   scripts/validate.sh [OUT] [ROUNDS]
@@ -23,22 +23,32 @@ HAVE_LIKWID=1; command -v likwid-bench > /dev/null || { HAVE_LIKWID=0
   skip "likwid-bench: skipped, not installed (Debian's likwid package); no likwid-bench figures."; }
 # lmbench's calibration misbehaves in VMs; a fixed ENOUGH (µs per timing) steadies it.
 export ENOUGH=100000
+# likwid-bench's load_avx, 1 and 2 threads, one line per run: ROUND WHEN MBYTE/S
+likwid_reads() {
+  for t in 1 2; do
+    "${LOCKED[@]}" likwid-bench -t load_avx -w S0:1GB:$t 2>&1 |
+      awk -v r="$1" -v w="$2" '/MByte\/s/ {print r, w, $2}' >> "$OUT/likwid-load-T$t.txt"
+  done
+}
 for r in $(seq 1 "$ROUNDS"); do
-  echo "round $r: cxlbench"
-  "${LOCKED[@]}" $CXLBENCH run --suite validation --out "$OUT/results" --label "round$r" > "$OUT/cxlbench-$r.txt" 2>&1
+  echo "round $r: cxlbench latency"
+  "${LOCKED[@]}" $CXLBENCH run --suite validation --out "$OUT/results" --label "r$r-latency" > "$OUT/cxlbench-$r.txt" 2>&1
   if (( HAVE_LMB )); then
     echo "round $r: lat_mem_rd -t (random chain, up to 1024 MB)"
     # -N 1: lmbench keeps the minimum of its repetitions; one repetition per round
     # makes its figure a sample like ours, and the rounds give its spread.
     "${LOCKED[@]}" "$LMB/lat_mem_rd" -t -N 1 1024 64 2> "$OUT/lat_mem_rd-$r.txt"
+  fi
+  # This VM's one-thread read moves 15% from one minute to the next: likwid-bench runs
+  # just before and just after cxlbench's read, and each round's ratio is against
+  # the geometric mean of the two (docs/validation.md, run K).
+  if (( HAVE_LIKWID )); then echo "round $r: likwid-bench load_avx 1 GB, 1 and 2 threads"; likwid_reads "$r" before; fi
+  echo "round $r: cxlbench read"
+  "${LOCKED[@]}" $CXLBENCH run --suite validation-read --out "$OUT/results" --label "r$r-read" > "$OUT/cxlbench-read-$r.txt" 2>&1
+  if (( HAVE_LIKWID )); then echo "round $r: likwid-bench again"; likwid_reads "$r" after; fi
+  if (( HAVE_LMB )); then
     echo "round $r: bw_mem rd 512m, 1 and 2 processes"
     for p in 1 2; do "${LOCKED[@]}" "$LMB/bw_mem" -P $p -N 1 512m rd 2>> "$OUT/bw_mem-P$p.txt"; done
-  fi
-  if (( HAVE_LIKWID )); then
-    echo "round $r: likwid-bench load_avx 1 GB, 1 and 2 threads"
-    for t in 1 2; do
-      "${LOCKED[@]}" likwid-bench -t load_avx -w S0:1GB:$t 2>&1 | awk '/MByte\/s/ {print $2}' >> "$OUT/likwid-load-T$t.txt"
-    done
   fi
 done
 

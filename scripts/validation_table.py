@@ -2,7 +2,9 @@
 --multichase, validate_multichase.sh's) output: medians over rounds of cxlbench and
 of the reference tools, and their ratio.
 Usage: python scripts/validation_table.py [--kernels | --multichase] OUT"""
+import functools
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -30,6 +32,13 @@ def lat_mem_rd_1g(out: Path) -> list[float]:
             for v in floats(p, 1, lambda f: f[0] == "1024.00000")]
 
 
+def values(frame, **equal) -> list[float]:
+    """The value column of the rows whose columns equal the given values."""
+    for column, want in equal.items():
+        frame = frame[frame[column] == want]
+    return list(frame.value)
+
+
 def per_round(frame, keys: list[str]):
     """One figure per round (run) and keys: the median over its repetitions of each
     repetition's median over its iterations (the reduction every cxlbench figure uses)."""
@@ -47,27 +56,57 @@ def main(out: Path) -> None:
     per_run = per_round(df[df.metric.isin(["latency_ns", "bandwidth_GBps"])], ["benchmark", "page", "threads"])
 
     def ours(benchmark, page, threads=None):
-        sel = per_run[(per_run.benchmark == benchmark) & (per_run.page == page)]
-        if threads is not None:
-            sel = sel[sel.threads == threads]
-        return list(sel.value)
+        return values(per_run, benchmark=benchmark, page=page,
+                      **({} if threads is None else {"threads": threads}))
 
     rows = [
         ("latency, 1 GiB, 4 KiB pages (ns)", ours("latency", "4k"), lat_mem_rd_1g(out), "lat_mem_rd -t"),
         ("read, 1 thread (GB/s)", ours("bandwidth", "4k", 1),
-         [v / 1e3 for v in floats(out / "likwid-load-T1.txt", 0)], "likwid-bench load_avx"),
+         [v / 1e3 for v in floats(out / "likwid-load-T1.txt")], "likwid-bench load_avx"),
         ("read, 2 threads (GB/s)", ours("bandwidth", "4k", 2),
-         [v / 1e3 for v in floats(out / "likwid-load-T2.txt", 0)], "likwid-bench load_avx"),
+         [v / 1e3 for v in floats(out / "likwid-load-T2.txt")], "likwid-bench load_avx"),
         ("read, 1 thread (GB/s)", ours("bandwidth", "4k", 1),
          [v / 1e3 for v in floats(out / "bw_mem-P1.txt", 1)], "bw_mem rd"),
         ("read, 2 threads (GB/s)", ours("bandwidth", "4k", 2),
          [v / 1e3 for v in floats(out / "bw_mem-P2.txt", 1)], "bw_mem -P 2 rd"),
     ]
     table(rows)
+    per_run["round"] = per_run.run_id.map(run_rounds(out)).astype(float)
+    for threads in (1, 2):
+        sandwich(out, per_run, threads)
     thp = ours("latency", "thp")
     if thp:
         print(f"\nlatency, 1 GiB, THP (lat_mem_rd has none; multichase -H, below, does): median {statistics.median(thp):.3g} ns "
               f"over rounds {', '.join(f'{x:.3g}' for x in thp)}")
+
+
+def run_rounds(out: Path) -> dict[str, int | None]:
+    """run_id -> the round its label names (validate.sh's "r3-read", older "round3")."""
+    rounds = {}
+    for run in (out / "results").rglob("run.json"):
+        meta = json.loads(run.read_text())
+        found = re.match(r"r(?:ound)?(\d+)", meta.get("label", ""))
+        rounds[meta["run_id"]] = int(found[1]) if found else None
+    return rounds
+
+
+def sandwich(out: Path, per_run, threads: int) -> None:
+    """Each round's read against likwid-bench's runs just before and after it (their
+    geometric mean): on a VM whose bandwidth moves between minutes, the ratio of
+    medians over rounds minutes apart mixes the minutes in; this does not."""
+    around: dict[int, list[float]] = {}
+    path = out / f"likwid-load-T{threads}.txt"
+    for fields in (line.split() for line in (path.read_text().splitlines() if path.exists() else [])):
+        if len(fields) == 3:                      # ROUND WHEN MBYTE/S; older folders have the figure only
+            around.setdefault(int(fields[0]), []).append(float(fields[2]) / 1e3)
+    sel = per_run[(per_run.benchmark == "bandwidth") & (per_run.threads == threads)]
+    ours = {int(r): v for r, v in zip(sel["round"], sel.value) if np.isfinite(r)}   # NaN: no round in its label
+    ratios = [ours[r] / float(np.sqrt(np.prod(around[r]))) for r in sorted(ours) if len(around.get(r, [])) == 2]
+    if ratios:
+        gm = float(np.exp(np.mean(np.log(ratios))))
+        print(f"read, {_threads(threads)}, ours ÷ likwid-bench's runs just before and after it, per round: "
+              f"median {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}), "
+              f"geometric mean {gm:.3f}, {len(ratios)} rounds")
 
 
 def table(rows) -> None:
@@ -108,11 +147,17 @@ LINE_OPS = [("read", "regular", "load_avx"), ("write", "regular", "store_avx"),
             ("write", "nt", "store_mem_avx"), ("rmw", "regular", "update_avx")]
 
 
+@functools.cache
+def _old_folder(out: Path) -> None:
+    """Said once per folder, not once per missing file."""
+    print(f"(likwid-bench figures missing in {out}: a folder from before 2026-12-03 names its "
+          "files likwid-KERNEL-TN.txt; rerun scripts/validate_kernels.sh)", file=sys.stderr)
+
+
 def _likwid(out: Path, group: str, tool: str, threads: int) -> list[float]:
     path = out / f"likwid-{group}-{tool}-T{threads}.txt"
     if not path.exists():
-        print(f"(no {path.name} in {out}: a folder from before 2026-12-03 names its files "
-              "likwid-KERNEL-TN.txt; rerun scripts/validate_kernels.sh)", file=sys.stderr)
+        _old_folder(out)
     return [v / 1e3 for v in floats(path, 0)]
 
 
@@ -130,20 +175,20 @@ def kernels(out: Path) -> None:
     rows = []
     for (kernel, nt), tools in LIKWID.items():
         for threads in (1, 2):
-            pick = lambda f: list(f[(f.kernel == kernel) & (f.nt == nt) & (f.threads == threads)].value)
+            at = {"kernel": kernel, "nt": nt, "threads": threads}
             for tool in tools:
-                rows.append((f"{kernel}{' nt' if nt else ''}, {_threads(threads)} (GB/s)", pick(med),
-                             _likwid(out, kernel, tool, threads), f"likwid-bench {tool}", pick(agg)))
+                rows.append((f"{kernel}{' nt' if nt else ''}, {_threads(threads)} (GB/s)", values(med, **at),
+                             _likwid(out, kernel, tool, threads), f"likwid-bench {tool}", values(agg, **at)))
     lines = df[(df.benchmark == "write_penalty") & (df.metric == "bandwidth_GBps")]
     if not lines.empty:
         keys = ["op", "store", "threads"]
         med, agg = per_round(lines, keys), per_round_bytes_over_time(lines, keys)
         for op, store, tool in LINE_OPS:
             for threads in (1, 2):
-                pick = lambda f: list(f[(f.op == op) & (f.store == store) & (f.threads == threads)].value)
+                at = {"op": op, "store": store, "threads": threads}
                 rows.append((f"lines {op}{' nt' if store == 'nt' else ''}, {_threads(threads)} (GB/s)",
-                             pick(med), _likwid(out, "lines", tool, threads), f"likwid-bench {tool}",
-                             pick(agg)))
+                             values(med, **at), _likwid(out, "lines", tool, threads), f"likwid-bench {tool}",
+                             values(agg, **at)))
     table(rows)
 
 
@@ -159,15 +204,14 @@ def multichase(out: Path) -> None:
     of that pair's repetitions) beside multichase's (its mean of 5 half-second
     samples), the medians over rounds, their ratio, and the median of the per-round
     ratios (the two runs of a pair are back to back, so drift cancels more)."""
-    labels, cpus = {}, set()
+    cpus = set()
     for run in (out / "results").rglob("run.json"):
         meta = json.loads(run.read_text())
-        labels[meta["run_id"]] = meta.get("label", "")
         cpus |= {c.get("info", {}).get("cpu") for c in meta.get("cases", []) if c.get("status") == "ok"}
     df = cxlbench.load(out / "results")
     df = df[(df.benchmark == "latency") & (df.metric == "latency_ns")]
     per_run = per_round(df, ["page", "working_set_bytes"])
-    per_run["round"] = per_run.run_id.map(lambda r: int(labels.get(r, "r0-").split("-")[0][1:] or 0))
+    per_run["round"] = per_run.run_id.map(run_rounds(out)).astype(float)
     setup = (out / "setup.txt").read_text() if (out / "setup.txt").exists() else ""
     print(setup.strip())
     pinned = setup.split("pinned to CPU ")[1].split(";")[0] if "pinned to CPU " in setup else "?"
