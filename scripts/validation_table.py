@@ -62,9 +62,9 @@ def main(out: Path) -> None:
     rows = [
         ("latency, 1 GiB, 4 KiB pages (ns)", ours("latency", "4k"), lat_mem_rd_1g(out), "lat_mem_rd -t"),
         ("read, 1 thread (GB/s)", ours("bandwidth", "4k", 1),
-         [v / 1e3 for v in floats(out / "likwid-load-T1.txt")], "likwid-bench load_avx"),
+         likwid_reads(out, 1), "likwid-bench load_avx"),
         ("read, 2 threads (GB/s)", ours("bandwidth", "4k", 2),
-         [v / 1e3 for v in floats(out / "likwid-load-T2.txt")], "likwid-bench load_avx"),
+         likwid_reads(out, 2), "likwid-bench load_avx"),
         ("read, 1 thread (GB/s)", ours("bandwidth", "4k", 1),
          [v / 1e3 for v in floats(out / "bw_mem-P1.txt", 1)], "bw_mem rd"),
         ("read, 2 threads (GB/s)", ours("bandwidth", "4k", 2),
@@ -90,23 +90,54 @@ def run_rounds(out: Path) -> dict[str, int | None]:
     return rounds
 
 
+def geomean(xs: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(xs))))
+
+
+def likwid_around(path: Path) -> dict[int, dict[str, float]]:
+    """validate.sh's likwid-bench reads, GB/s: round -> {"before": x, "after": y}
+    (lines ROUND WHEN MBYTE/S; a folder from before run K has the figure only, and
+    gives none)."""
+    around: dict[int, dict[str, float]] = {}
+    for fields in (line.split() for line in (path.read_text().splitlines() if path.exists() else [])):
+        if len(fields) == 3:
+            around.setdefault(int(fields[0]), {})[fields[1]] = float(fields[2]) / 1e3
+    return around
+
+
+def likwid_reads(out: Path, threads: int) -> list[float]:
+    """One likwid-bench figure per round: the geometric mean of its runs before and
+    after ours where validate.sh sandwiched them, else each run's figure."""
+    path = out / f"likwid-load-T{threads}.txt"
+    around = likwid_around(path)
+    if not around:
+        return [v / 1e3 for v in floats(path)]
+    return [geomean(list(pair.values())) for _, pair in sorted(around.items())]
+
+
 def sandwich(out: Path, per_run, threads: int) -> None:
     """Each round's read against likwid-bench's runs just before and after it (their
     geometric mean): on a VM whose bandwidth moves between minutes, the ratio of
     medians over rounds minutes apart mixes the minutes in; this does not."""
-    around: dict[int, list[float]] = {}
-    path = out / f"likwid-load-T{threads}.txt"
-    for fields in (line.split() for line in (path.read_text().splitlines() if path.exists() else [])):
-        if len(fields) == 3:                      # ROUND WHEN MBYTE/S; older folders have the figure only
-            around.setdefault(int(fields[0]), []).append(float(fields[2]) / 1e3)
-    sel = per_run[(per_run.benchmark == "bandwidth") & (per_run.threads == threads)]
-    ours = {int(r): v for r, v in zip(sel["round"], sel.value) if np.isfinite(r)}   # NaN: no round in its label
-    ratios = [ours[r] / float(np.sqrt(np.prod(around[r]))) for r in sorted(ours) if len(around.get(r, [])) == 2]
+    around = likwid_around(out / f"likwid-load-T{threads}.txt")
+    if not around:
+        return
+    sel = per_run[(per_run.benchmark == "bandwidth") & (per_run.page == "4k") & (per_run.threads == threads)]
+    ours: dict[int, list[float]] = {}
+    for r, v in zip(sel["round"], sel.value):
+        if np.isfinite(r):                                  # NaN: no round in its run's label
+            ours.setdefault(int(r), []).append(v)
+    paired = [r for r in sorted(ours) if len(ours[r]) == 1 and set(around.get(r, {})) == {"before", "after"}]
+    ratios = [ours[r][0] / geomean(list(around[r].values())) for r in paired]
+    unpaired = sorted((set(ours) | set(around)) - set(paired))
     if ratios:
-        gm = float(np.exp(np.mean(np.log(ratios))))
+        gm = geomean(ratios)
         print(f"read, {_threads(threads)}, ours ÷ likwid-bench's runs just before and after it, per round: "
               f"median {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}), "
-              f"geometric mean {gm:.3f}, {len(ratios)} rounds")
+              f"geometric mean {gm:.3f}, {len(ratios)} round{'s' if len(ratios) > 1 else ''}")
+    if unpaired:
+        print(f"  (rounds {', '.join(map(str, unpaired))} left unpaired: not one cxlbench read with one "
+              "likwid-bench run before and one after)")
 
 
 def table(rows) -> None:
