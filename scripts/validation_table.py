@@ -32,11 +32,15 @@ def lat_mem_rd_1g(out: Path) -> list[float]:
             for v in floats(p, 1, lambda f: f[0] == "1024.00000")]
 
 
-def values(frame, **equal) -> list[float]:
-    """The value column of the rows whose columns equal the given values."""
+def where(frame, **equal):
+    """The rows whose columns equal the given values."""
     for column, want in equal.items():
         frame = frame[frame[column] == want]
-    return list(frame.value)
+    return frame
+
+
+def values(frame, **equal) -> list[float]:
+    return list(where(frame, **equal).value)
 
 
 def per_round(frame, keys: list[str]):
@@ -122,7 +126,7 @@ def sandwich(out: Path, per_run, threads: int) -> None:
     around = likwid_around(out / f"likwid-load-T{threads}.txt")
     if not around:
         return
-    sel = per_run[(per_run.benchmark == "bandwidth") & (per_run.page == "4k") & (per_run.threads == threads)]
+    sel = where(per_run, benchmark="bandwidth", page="4k", threads=threads)
     ours: dict[int, list[float]] = {}
     for r, v in zip(sel["round"], sel.value):
         if np.isfinite(r):                                  # NaN: no round in its run's label
