@@ -55,6 +55,15 @@ def scratch(tmp_path):
 
 
 @pytest.fixture
+def roomy(scratch, monkeypatch):
+    """`scratch` with the room a test file may take pinned at 64 GiB. Planning decides
+    from the disk's free space, and this disk is shared: a planning test must not pass or
+    fail with what other jobs left on it."""
+    monkeypatch.setattr("cxlbench.storage.scratch.room_for", lambda directory: 64 << 30)
+    return scratch
+
+
+@pytest.fixture
 def shm_dir():
     """A fresh directory on tmpfs (no O_DIRECT to a device there)."""
     if not os.path.isdir("/dev/shm"):
@@ -377,8 +386,8 @@ def test_without_an_nvme_tier_every_point_is_skipped_with_the_reason():
     assert {p.case.target for p in planned} == {"nvme"}
 
 
-def test_the_default_sweep(scratch):
-    planned = plan(storage, spec(), machine_env(scratch))
+def test_the_default_sweep(roomy):
+    planned = plan(storage, spec(), machine_env(roomy))
     assert all(p.skip is None for p in planned), [p.skip for p in planned if p.skip]
     cases = [p.case for p in planned]
     assert len({c.case_id for c in cases}) == len(cases)
@@ -395,25 +404,33 @@ def test_the_default_sweep(scratch):
         assert c.initiator == "cpu:node0" and c.target == "nvme0" and c.tier_kind == "nvme"
 
 
-def test_the_qd_sweep_and_the_chase(scratch):
+def test_the_qd_sweep_and_the_chase(roomy):
     planned = plan(storage, spec(rw=["randread", "mmap-chase"], qd=[1, 2, 4, 8, 16, 32, 64]),
-                           machine_env(scratch))
+                           machine_env(roomy))
     rand = [p.case.params for p in planned if p.case.params["rw"] == "randread"]
     assert [p["qd"] for p in rand] == [1, 2, 4, 8, 16, 32, 64]
     chase = [p.case.params for p in planned if p.case.params["rw"] == "mmap-chase"]
     assert len(chase) == 1 and chase[0]["file_bytes"] == 256 * MiB and chase[0]["advice"] == "random"
 
 
-def test_points_that_cannot_run_carry_their_reason(scratch):
+def test_points_that_cannot_run_carry_their_reason(roomy):
     planned = plan(storage, spec(rw=["randread"], block=["4KiB", "6000"], qd=[1, 8], engine=["psync"]),
-                   machine_env(scratch))
+                   machine_env(roomy))
     reasons = {(p.case.params.get("block_bytes"), p.case.params.get("qd")): p.skip for p in planned}
     assert reasons[(4096, 1)] is None
     assert "4 KiB" in reasons[(6000, 1)]
     assert "libaio" in reasons[(4096, 8)]
     too_big = plan(storage, spec(rw=["read"], block=["1MiB"], file_size=str(1 << 50)),
-                           machine_env(scratch))
+                           machine_env(roomy))
     assert "does not fit" in too_big[0].skip
+
+
+def test_a_nearly_full_disk_skips_the_points_whose_file_does_not_fit(scratch, monkeypatch):
+    monkeypatch.setattr("cxlbench.storage.scratch.room_for", lambda directory: 512 * MiB)
+    fits = plan(storage, spec(rw=["randread"], file_size="256MiB"), machine_env(scratch))
+    assert [p.skip for p in fits] == [None]
+    [default] = plan(storage, spec(rw=["randread"]), machine_env(scratch))
+    assert "1024 MiB test file does not fit" in default.skip and "512 MiB may be used" in default.skip
 
 
 @pytest.mark.parametrize("key, value", [("rw", ["randread", "scan"]), ("buffer_page", ["4k", "1g"]),
@@ -444,9 +461,9 @@ def test_buffered_io_only_when_allowed_and_then_labelled(shm_dir):
 
 
 @pytest.mark.skipif(not (FIXTURES / "two_socket_cxl").is_dir(), reason="no fixture trees")
-def test_planning_on_the_two_socket_cxl_fixture(scratch):
+def test_planning_on_the_two_socket_cxl_fixture(roomy):
     from cxlbench.runner.run import build_env
-    env = build_env(str(FIXTURES / "two_socket_cxl"), [f"nvme={scratch}"], {})
+    env = build_env(str(FIXTURES / "two_socket_cxl"), [f"nvme={roomy}"], {})
     planned = plan(storage, spec(rw=["randread"], qd=[1, 32]), env)
     assert [p.skip for p in planned] == [None, None]
     for p in planned:
@@ -454,11 +471,11 @@ def test_planning_on_the_two_socket_cxl_fixture(scratch):
         assert p.case.params["host_node"] == node and env.machine.nodes[node].mem_total_bytes
 
 
-def test_the_storage_suite_plans_inside_two_minutes_here(scratch):
+def test_the_storage_suite_plans_inside_two_minutes_here(roomy):
     from cxlbench.runner.run import build_env, plan_suite
     from cxlbench.runner.suite import load_suite
     suite = load_suite("storage")
-    env = build_env("/", [f"nvme={scratch}"], suite)
+    env = build_env("/", [f"nvme={roomy}"], suite)
     planned = plan_suite(suite, env)
     assert planned and all(p.skip is None for p in planned), [p.skip for p in planned if p.skip]
     assert all(p.case.benchmark == "storage" for p in planned)
