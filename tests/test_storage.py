@@ -54,12 +54,16 @@ def scratch(tmp_path):
     return tmp_path
 
 
+def pin_room(monkeypatch, nbytes: int) -> None:
+    """Planning reads the room a test file may take from the disk's free space; pinned,
+    a planning test does not pass or fail with what other jobs left on a shared disk."""
+    monkeypatch.setattr("cxlbench.storage.scratch.room_for", lambda directory: nbytes)
+
+
 @pytest.fixture
 def roomy(scratch, monkeypatch):
-    """`scratch` with the room a test file may take pinned at 64 GiB. Planning decides
-    from the disk's free space, and this disk is shared: a planning test must not pass or
-    fail with what other jobs left on it."""
-    monkeypatch.setattr("cxlbench.storage.scratch.room_for", lambda directory: 64 << 30)
+    """`scratch` with 64 GiB of room for a test file (see pin_room)."""
+    pin_room(monkeypatch, 64 << 30)
     return scratch
 
 
@@ -426,7 +430,7 @@ def test_points_that_cannot_run_carry_their_reason(roomy):
 
 
 def test_a_nearly_full_disk_skips_the_points_whose_file_does_not_fit(scratch, monkeypatch):
-    monkeypatch.setattr("cxlbench.storage.scratch.room_for", lambda directory: 512 * MiB)
+    pin_room(monkeypatch, 512 * MiB)
     fits = plan(storage, spec(rw=["randread"], file_size="256MiB"), machine_env(scratch))
     assert [p.skip for p in fits] == [None]
     [default] = plan(storage, spec(rw=["randread"]), machine_env(scratch))
