@@ -573,14 +573,11 @@ class NoOffloadEngine(_EngineBase):
         return torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
 
 
-def _all_ranks_done(prefix: str = "cxlbench/closed") -> None:
-    """Every rank of the default group marks itself done in its store and waits until
-    all have (the store's own timeout, 30 min by default, bounds the wait)."""
-    import torch.distributed as dist
-    world, rank = dist.get_world_size(), dist.get_rank()
+def _all_ranks_done(store, rank: int, world: int, prefix: str = "cxlbench/closed") -> None:
+    """Every rank marks itself done in the rendezvous store and waits until all have
+    (the store's own timeout, 30 min by default, bounds the wait)."""
     if world == 1:
         return
-    store = dist.distributed_c10d._get_default_store()
     store.set(f"{prefix}/{rank}", "1")
     store.wait([f"{prefix}/{r}" for r in range(world)])
 
@@ -608,15 +605,17 @@ class Fsdp2Engine(_EngineBase):
         backend = "nccl" if self.cuda else "gloo"
         if self.cuda:
             torch.cuda.set_device(self.device)
-        self._owns_pg = False
+        self._store = None      # set only when this engine made the group: it tears it down
         if not dist.is_initialized():
             device_id = {"device_id": self.device} if self.cuda else {}
             if "RANK" in os.environ and "WORLD_SIZE" in os.environ:      # torchrun
-                dist.init_process_group(backend, **device_id)
+                # torch's own env:// rendezvous, done here to keep its store for close()
+                store, rank, world = next(dist.rendezvous("env://"))
             else:
-                dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
-                                        **device_id)
-            self._owns_pg = True
+                store, rank, world = dist.HashStore(), 0, 1
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                    **device_id)
+            self._store = store
         mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
         model = build_model(cfg, train)
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if self.cuda else None,
@@ -699,6 +698,6 @@ class Fsdp2Engine(_EngineBase):
         super().close()
         self.model = self.opt = None
         gc.collect()
-        if self._owns_pg and dist.is_initialized():
-            _all_ranks_done()
+        if self._store is not None and dist.is_initialized():
+            _all_ranks_done(self._store, dist.get_rank(), dist.get_world_size())
             dist.destroy_process_group()
