@@ -93,6 +93,19 @@ def test_bandwidth_keeps_every_iteration_of_every_repetition(here):
     assert len(info["place_s"]) == 2 and all(t > 0 for t in info["place_s"])   # setup's cost, per repetition
     assert all(s.params["page_bytes"] == 4096 and s.value > 0 for s in samples)
     assert all(0 < s.params["cpu_held"] <= 1 for s in samples)
+    assert all("phys_contiguity" in s.params for s in samples)
+
+
+def test_a_case_records_its_least_contiguous_buffer_or_none_where_frames_are_hidden():
+    import types
+
+    from cxlbench.benchmarks.base import placement_found
+
+    def buf(contiguity, page=4096):
+        return types.SimpleNamespace(page_bytes_found=page, huge_coverage=0.0, phys_contiguity=contiguity)
+    found = placement_found(buf(0.99), buf(0.36312), buf(0.97))
+    assert found == {"page_bytes": 4096, "huge_coverage": 0.0, "phys_contiguity": 0.3631}
+    assert placement_found(buf(0.99), buf(None))["phys_contiguity"] is None
 
 
 @pytest.mark.parametrize("kernel", sorted(bandwidth.ROLES))

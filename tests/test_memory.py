@@ -7,7 +7,7 @@ import pytest
 from cxlbench import _native
 from cxlbench.memory import (PagePlacement, PlacementError, allocate, host, page_nodes,
                              safety_margin, sysinfo, verify_on_node)
-from cxlbench.memory.verify import smaps_vma
+from cxlbench.memory.verify import PAGEMAP_PRESENT, physical_contiguity, smaps_vma
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -131,6 +131,43 @@ def test_thp_buffer_is_covered_by_huge_pages():
         assert vma["AnonHugePages"] / vma["Rss"] == buf.huge_coverage
         assert buf.on_node_fraction == 1.0
         assert buf.found()["page_bytes"] == buf.page_bytes_found
+
+
+def pagemap_file(tmp_path, frames):
+    """A pagemap of pages at virtual page 0.. with these frames (None: not present)."""
+    import numpy as np
+    entries = [0 if f is None else PAGEMAP_PRESENT | f for f in frames]
+    path = tmp_path / "pagemap"
+    path.write_bytes(np.array(entries, dtype=np.uint64).tobytes())
+    return str(path)
+
+
+def test_contiguity_counts_pages_whose_frame_is_next_to_the_previous_one(tmp_path):
+    one_block = pagemap_file(tmp_path, [100, 101, 102, 103, 104])
+    assert physical_contiguity(0, 5 * 4096, one_block) == 1.0
+    downwards = pagemap_file(tmp_path, [104, 103, 102, 101, 100])
+    assert physical_contiguity(0, 5 * 4096, downwards) == 1.0, "a block handed out downwards is one block"
+    scattered = pagemap_file(tmp_path, [100, 900, 901, 40, 7000])
+    assert physical_contiguity(0, 5 * 4096, scattered) == 0.25
+    assert physical_contiguity(4096, 3 * 4096, scattered) == 0.5, "only the range's own pages count"
+
+
+def test_contiguity_is_none_where_frames_are_hidden_or_pages_absent(tmp_path):
+    hidden = pagemap_file(tmp_path, [0, 0, 0])          # what a process without CAP_SYS_ADMIN reads
+    assert physical_contiguity(0, 3 * 4096, hidden) is None
+    absent = pagemap_file(tmp_path, [100, None, 102])
+    assert physical_contiguity(0, 3 * 4096, absent) is None
+    assert physical_contiguity(0, 4 * 4096, pagemap_file(tmp_path, [1, 2, 3])) is None, "past the end"
+    assert physical_contiguity(0, 4096, str(tmp_path / "nowhere")) is None
+
+
+def test_a_buffer_records_its_contiguity_where_frames_are_visible():
+    with allocate(16 * MiB, 0, page="4k") as buf:
+        frames_visible = physical_contiguity(buf.addr, buf.length) is not None
+        assert (buf.phys_contiguity is not None) == frames_visible
+        assert buf.found()["phys_contiguity"] == buf.phys_contiguity
+        if frames_visible:
+            assert 0.0 <= buf.phys_contiguity <= 1.0
 
 
 def test_refuses_node_99_and_negative_nodes():

@@ -23,7 +23,8 @@ DESCRIPTIVE = ["benchmark", "initiator", "target", "tier_kind", "unit", "better"
 INNER_INDEX = frozenset({"iteration", "iter", "inner", "sample_index", "step_index"})
 #: What a benchmark found while measuring (page size obtained, steps timed) and when
 #: (t_s, seconds since the run started): never an axis.
-FOUND = frozenset({"page_bytes", "huge_coverage", "steps", "elapsed_ns", "clock_mhz", "cpu_held", "t_s"})
+FOUND = frozenset({"page_bytes", "huge_coverage", "phys_contiguity", "steps", "elapsed_ns", "clock_mhz",
+                   "cpu_held", "t_s"})
 
 
 def param_columns(frame: pd.DataFrame) -> list[str]:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks.base import Env, Headline, Planned, Show, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, host_pairs, metrics, place, placement_found, sweep
 from cxlbench.benchmarks.sizes import array_bytes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec, Threads
 from cxlbench.results.schema import Case, Metric, Sample
@@ -113,8 +113,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
         bufs = [place(p["array_bytes"], tier.node, p["page"]) for _ in range(arrays)]
         info["place_s"].append(round(time.perf_counter() - t0, 4))
         try:
-            found = {"page_bytes": min(x.page_bytes_found for x in bufs),
-                     "huge_coverage": min(x.huge_coverage for x in bufs)}
+            found = placement_found(*bufs)
             samples += time_kernel(p["kernel"], bufs, p["array_bytes"], cpus, p["nt"], case.warmup,
                                    p["iterations"], rep, found)
         finally:

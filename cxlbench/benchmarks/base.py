@@ -196,6 +196,16 @@ def place(length: int, node: int, page: str = "4k"):
         raise Skip(str(e)) from None
 
 
+def placement_found(*bufs) -> dict[str, Any]:
+    """What the kernel gave the case's buffers, for its samples: the smallest page
+    size, huge-page coverage and physical contiguity among them (contiguity None
+    when the kernel hides the frames from this process)."""
+    contiguity = [b.phys_contiguity for b in bufs]
+    return {"page_bytes": min(b.page_bytes_found for b in bufs),
+            "huge_coverage": min(b.huge_coverage for b in bufs),
+            "phys_contiguity": None if None in contiguity else round(min(contiguity), 4)}
+
+
 def cpu_held(threads: int, fn: Callable, *args) -> tuple[Any, float]:
     """Run fn(*args) (a timed native loop on `threads` threads of this process) and
     return its result with the fraction of the wall time those threads held a CPU.

@@ -18,7 +18,7 @@ from typing import Literal
 
 from cxlbench.benchmarks import tails
 from cxlbench.benchmarks.base import (Env, Headline, Planned, Show, Skip, cpu_held, host_pairs, metrics, place,
-                                     sweep)
+                                     placement_found, sweep)
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, resolve_sizes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
@@ -137,8 +137,7 @@ def chase(case: Case, env: Env, info: dict, line_bytes: int, window_bytes: int =
             else:
                 elapsed_ns, held = cpu_held(1, _native.chase_run, heads, steps)
                 mean_ns = elapsed_ns / steps
-            found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,
-                     "steps": steps, "cpu_held": round(held, 4)}
+            found = {**placement_found(buf), "steps": steps, "cpu_held": round(held, 4)}
         if mean_ns is not None:       # None: no window held its CPU (the reason in info)
             samples.append(Sample("latency_ns", mean_ns, rep, found))
         if chains > 1:                # memory-level parallelism: loads in flight together

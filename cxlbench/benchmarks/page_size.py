@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cxlbench.benchmarks import bandwidth, latency
-from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, placement_found, sweep
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes, latency_sweep
 from cxlbench.benchmarks.write_penalty import Threads, thread_list
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
@@ -129,8 +129,7 @@ def measure_latency(case: Case, env: Env, info: dict) -> list[Sample]:
                                        p.get("window_bytes", 0), p["chains"], case.seed(rep))
             r = _native.loaded_latency(heads, cpu, 0, 0, [], warmup_ns=duration_ns * case.warmup // 2,
                                        duration_ns=duration_ns, limit_ns=6 * duration_ns)
-            found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,
-                     "steps": r["chase_steps"]}
+            found = {**placement_found(buf), "steps": r["chase_steps"]}
         kept.append(round(r["windows_kept"] / max(r["windows"], 1), 3))
         if r["chase_steps"] == 0:
             info.setdefault("warnings", []).append(

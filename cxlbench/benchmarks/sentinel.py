@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from cxlbench.benchmarks import bandwidth, latency
-from cxlbench.benchmarks.base import Env, Planned, Show, cpu_held, host_pairs, metrics, place
+from cxlbench.benchmarks.base import Env, Planned, Show, cpu_held, host_pairs, metrics, place, placement_found
 from cxlbench.benchmarks.sizes import Page, array_bytes, stream_array_bytes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec, at_least
 from cxlbench.results.schema import Case, Metric, Sample
@@ -127,16 +127,14 @@ class Sentinels:
                 if p["probe"] == "triad":
                     bufs = [place(p["array_bytes"], node, p["page"]) for _ in range(3)]
                     self.buffers += bufs
-                    found = {"page_bytes": min(b.page_bytes_found for b in bufs),
-                             "huge_coverage": min(b.huge_coverage for b in bufs)}
+                    found = placement_found(*bufs)
                     self.state[case.case_id] = (bufs, found)
                 else:
                     buf = place(p["working_set_bytes"], node, p["page"])
                     self.buffers.append(buf)
                     heads = _native.chase_init(buf.addr, p["working_set_bytes"], latency.LINE, 0, 1, 1)
                     steps = latency._calibrate(heads, self.sample_s, warmup=1)
-                    found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage,
-                             "steps": steps}
+                    found = {**placement_found(buf), "steps": steps}
                     self.state[case.case_id] = (heads, found)
         except BaseException:
             self.close()

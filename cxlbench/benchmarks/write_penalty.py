@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from cxlbench.benchmarks.bandwidth import thread_counts
-from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, placement_found, sweep
 from cxlbench.benchmarks.sizes import array_bytes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec, Threads as ThreadCount, within
 from cxlbench.results.schema import Case, Metric, Sample
@@ -146,7 +146,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
                 _native.lines(buf.addr, buf.length, cpus, iterations=case.warmup, value=rep + 1, **op)
             times = _native.lines(buf.addr, buf.length, cpus, iterations=p["iterations"],
                                   value=rep + 1, clock=CLOCK, **op)
-            found = {"page_bytes": buf.page_bytes_found, "huge_coverage": buf.huge_coverage}
+            found = placement_found(buf)
         for i, t in enumerate(times):
             where = {**found, "iteration": i}
             samples.append(Sample("bandwidth_GBps", lines * per_line / t / 1e9, rep, where))

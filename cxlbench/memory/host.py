@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from . import sysinfo
 from .errors import PlacementError, fmt_bytes
-from .verify import huge_coverage, placement
+from .verify import huge_coverage, physical_contiguity, placement
 from .mapping import Mapped
 
 # page policy -> hugetlb page size (None: normal pages, 4 KiB or THP)
@@ -73,6 +73,7 @@ class HostBuffer(Mapped):
     huge_coverage: float         # fraction of the bytes in huge pages (0.0 for 4k)
     on_node_fraction: float      # fraction of the pages found on `node` (1.0 once verified)
     locked: bool = False
+    phys_contiguity: float | None = None   # verify.physical_contiguity; None where hidden
     length_asked: int = 0
     _region: tuple[int, int] = field(default=(0, 0), repr=False)   # mapping incl. guards
 
@@ -91,7 +92,8 @@ class HostBuffer(Mapped):
         """What was asked and what was found, for a sample's parameters."""
         return {"node": self.node, "page_asked": self.page_asked,
                 "page_bytes": self.page_bytes_found, "huge_coverage": self.huge_coverage,
-                "on_node_fraction": self.on_node_fraction, "locked": self.locked}
+                "on_node_fraction": self.on_node_fraction, "locked": self.locked,
+                "phys_contiguity": self.phys_contiguity}
 
 
 # ---- refusals: everything decided from sysfs before any memory is touched --------
@@ -287,7 +289,8 @@ def _place(start: int, size: int, node: int, page: str, hugetlb: int | None, ali
         found = kernel_page
     return HostBuffer(addr=start, length=size, node=node, page_asked=page,
                       page_bytes_found=found, huge_coverage=coverage if page != "4k" else 0.0,
-                      on_node_fraction=where.fraction, locked=lock)
+                      on_node_fraction=where.fraction, locked=lock,
+                      phys_contiguity=physical_contiguity(start, size))
 
 
 def _fault_in(start: int, size: int, page_bytes: int, node: int, page: str) -> None:

@@ -308,7 +308,8 @@ def requested_params(metas: Iterable[dict], benchmark: str, axes: Iterable[str] 
 def _params(frame: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[str]:
     skip = set(NO_PARAM) | {"point", "n", "median", "lo", "hi", "coverage", "min", "max", "rcv",
                             "precision", "n_inner", "run_id", "case_id", "metric", "benchmark", "initiator",
-                            "target", "tier_kind", "unit", "better", "huge_coverage", "steps"}
+                            "target", "tier_kind", "unit", "better", "huge_coverage", "phys_contiguity",
+                            "steps"}
     cols = [c for c in frame.columns if c not in skip]
     if allowed is not None:
         allowed = set(allowed)
