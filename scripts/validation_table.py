@@ -78,6 +78,7 @@ def main(out: Path) -> None:
     per_run["round"] = per_run.run_id.map(run_rounds(out)).astype(float)
     for threads in (1, 2):
         sandwich(out, per_run, threads)
+    print(contiguity_line(df))
     thp = ours("latency", "thp")
     if thp:
         print(f"\nlatency, 1 GiB, THP (lat_mem_rd has none; multichase -H, below, does): median {statistics.median(thp):.3g} ns "
@@ -142,6 +143,17 @@ def sandwich(out: Path, per_run, threads: int) -> None:
     if unpaired:
         print(f"  (rounds {', '.join(map(str, unpaired))} left unpaired: not one cxlbench read with one "
               "likwid-bench run before and one after)")
+
+
+def contiguity_line(df) -> str:
+    """Our read buffers' physical contiguity, which moves a one-thread 4 KiB read on a
+    VM by up to a fifth (docs/validation.md, run L): the peers' is not recorded."""
+    sel = where(df, benchmark="bandwidth", page="4k", metric="bandwidth_GBps")
+    if "phys_contiguity" not in sel.columns or sel.phys_contiguity.isna().all():
+        return "read buffers' physical contiguity: not recorded (frames hidden: run as root)"
+    parts = [f"{_threads(t)} median {g.phys_contiguity.median():.2f} ({g.phys_contiguity.min():.2f}-"
+             f"{g.phys_contiguity.max():.2f})" for t, g in sel.groupby("threads")]
+    return "read buffers' physical contiguity: " + "; ".join(parts)
 
 
 def table(rows) -> None:

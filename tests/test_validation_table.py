@@ -62,3 +62,13 @@ def test_rounds_are_read_from_the_labels_old_and_new(vt, tmp_path):
         folder.mkdir(parents=True)
         (folder / "run.json").write_text(f'{{"run_id": "{run_id}", "label": "{label}"}}')
     assert vt.run_rounds(tmp_path) == {"a": 3, "b": 7, "c": 12, "d": None}
+
+
+def test_the_read_buffers_contiguity_is_summarised_per_thread_count_or_said_missing(vt):
+    rows = [{"benchmark": "bandwidth", "page": "4k", "metric": "bandwidth_GBps", "threads": t,
+             "phys_contiguity": c, "value": 1.0} for t, c in ((1, 0.5), (1, 0.9), (1, 0.7), (2, 0.8))]
+    line = vt.contiguity_line(pd.DataFrame(rows))
+    assert "1 thread median 0.70 (0.50-0.90)" in line and "2 threads median 0.80 (0.80-0.80)" in line
+    hidden = pd.DataFrame([{**rows[0], "phys_contiguity": None}])
+    assert "not recorded" in vt.contiguity_line(hidden)
+    assert "not recorded" in vt.contiguity_line(pd.DataFrame([rows[0]]).drop(columns="phys_contiguity"))
