@@ -151,7 +151,7 @@ def contiguity_line(df) -> str:
     sel = where(df, benchmark="bandwidth", page="4k", metric="bandwidth_GBps")
     if "phys_contiguity" not in sel.columns or sel.phys_contiguity.isna().all():
         return "read buffers' physical contiguity: not recorded (frames hidden: run as root)"
-    parts = [f"{_threads(t)} median {g.phys_contiguity.median():.2f} ({g.phys_contiguity.min():.2f}-"
+    parts = [f"{_threads(int(t))} median {g.phys_contiguity.median():.2f} ({g.phys_contiguity.min():.2f}-"
              f"{g.phys_contiguity.max():.2f})" for t, g in sel.groupby("threads")]
     return "read buffers' physical contiguity: " + "; ".join(parts)
 

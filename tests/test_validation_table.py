@@ -65,7 +65,7 @@ def test_rounds_are_read_from_the_labels_old_and_new(vt, tmp_path):
 
 
 def test_the_read_buffers_contiguity_is_summarised_per_thread_count_or_said_missing(vt):
-    rows = [{"benchmark": "bandwidth", "page": "4k", "metric": "bandwidth_GBps", "threads": t,
+    rows = [{"benchmark": "bandwidth", "page": "4k", "metric": "bandwidth_GBps", "threads": float(t),
              "phys_contiguity": c, "value": 1.0} for t, c in ((1, 0.5), (1, 0.9), (1, 0.7), (2, 0.8))]
     line = vt.contiguity_line(pd.DataFrame(rows))
     assert "1 thread median 0.70 (0.50-0.90)" in line and "2 threads median 0.80 (0.80-0.80)" in line
