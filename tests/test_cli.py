@@ -103,3 +103,25 @@ def test_every_commands_parser_loads_without_the_report_layers_libraries():
             "print(sorted(m for m in ('jinja2', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("file, text, words", [
+    ("sys/devices/system/node/node0/cpulist", "zz\n", "'zz' is not a kernel CPU or node list"),
+    ("sys/devices/system/node/node0/distance", "10 x\n", "node0/distance holds '10 x', not distances"),
+])
+def test_a_fixture_tree_with_a_malformed_file_is_one_line_naming_it(capsys, tmp_path, file, text, words):
+    import shutil
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "two_socket_cxl", root, symlinks=True)
+    (root / file).write_text(text)
+    for command in ("topology", "doctor"):
+        code, _, err = run_cli(capsys, "--root", str(root), command)
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_root_without_sysfs_is_refused_not_read_as_an_empty_machine(capsys, tmp_path):
+    for root in ("/nonexistent", str(tmp_path)):
+        with pytest.raises(SystemExit) as end:         # argparse's own exit, before any command
+            main(["--root", root, "topology"])
+        out, err = capsys.readouterr()
+        assert end.value.code == 2 and "holds no sys/ tree" in err and not out

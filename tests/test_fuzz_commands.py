@@ -52,11 +52,17 @@ def world(tmp_path_factory):
     suite.write_text('repetitions = 2\n[[benchmark]]\nname = "fakes.family"\n')
     outcome = run(RunConfig(str(suite), out=str(top / "results"), command=["fuzz"]))
     (top / "file.txt").write_text("not a run\n")
+    (top / "binary.toml").write_bytes(b"\xe4\x00\xff" * 64)            # an upload gone wrong
+    (top / "thresholds-flat.toml").write_text("benchmarks = 3\n")
+    (top / "session-list.json").write_text("[]")
+    (top / "session-nothing.json").write_text("{}")
     (top / "empty").mkdir()
     (top / "bin").mkdir()                    # PATH: no sbatch, kubectl or anything else
     return {"RUN": str(outcome.path), "RESULTS": str(top / "results"), "SUITE": str(suite),
             "BAD_SUITE": str(CORPUS / "01-bandwidth-threads-zero.toml"), "FILE": str(top / "file.txt"),
-            "DIR": str(top / "empty"), "BIN": str(top / "bin"), "TOP": str(top)}
+            "DIR": str(top / "empty"), "BIN": str(top / "bin"), "TOP": str(top),
+            "BINARY": str(top / "binary.toml"), "FLAT_THRESHOLDS": str(top / "thresholds-flat.toml"),
+            "SESSION_LIST": str(top / "session-list.json"), "SESSION_NOTHING": str(top / "session-nothing.json")}
 
 
 WORDS = ["", "x", "-1", "0", "1", "2", "3", "10", "25", "nan", "inf", "-inf", "5%", "300%", "-5%", "abc",

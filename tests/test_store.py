@@ -69,11 +69,23 @@ def test_no_temporary_files_left(tmp_path):
     assert not [p for p in w.path.rglob(".*")]
 
 
+def edit_meta(run_dir, **fields):
+    meta = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**meta, **fields}))
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda p: (p / "samples.parquet").write_bytes(b"PAR1 garbage"), "not a readable samples file"),
     (lambda p: pd.DataFrame({"x": [1]}).to_parquet(p / "samples.parquet"), "missing columns"),
     (lambda p: (p / "run.json").write_text("{not json"), "damaged"),
     (lambda p: (p / "run.json").write_text('{"hello": 1}'), "not a cxlbench run record"),
+    (lambda p: edit_meta(p, schema_version="x"), "schema_version is 'x', not a number"),
+    (lambda p: edit_meta(p, schema_version=None), "schema_version is None"),
+    (lambda p: edit_meta(p, cases=None), "cases is not a list of case records"),
+    (lambda p: edit_meta(p, cases=[1, 2]), "cases is not a list of case records"),
+    (lambda p: pd.read_parquet(p / "samples.parquet").astype({"value": str}).to_parquet(p / "samples.parquet"),
+     "its values are .*, not numbers"),
+    (lambda p: (p / "samples.parquet").unlink(), "samples.parquet is missing, though the run ended"),
 ])
 def test_damaged_or_foreign_files_give_one_clear_error(tmp_path, damage, message):
     w = write_run(tmp_path)

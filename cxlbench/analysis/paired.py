@@ -94,9 +94,21 @@ def load_session(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     p = p / AB_JSON if p.is_dir() else p
     try:
-        return json.loads(p.read_text())
+        record = json.loads(p.read_text())
     except (OSError, ValueError) as e:
         raise ResultsError(f"{p}: not an A/B session record ({e})") from None
+    if not _is_session(record):
+        raise ResultsError(f"{p}: not an A/B session record (it needs configs, each a name and "
+                           f"a run, and pairs)")
+    return record
+
+
+def _is_session(record: Any) -> bool:
+    def records(key: str, *fields: str) -> bool:
+        items = record.get(key)
+        return isinstance(items, list) and all(isinstance(i, dict) and all(f in i for f in fields)
+                                               for i in items)
+    return isinstance(record, dict) and records("configs", "name", "run") and records("pairs")
 
 
 def judge_session(path: str | Path, threshold: float | str | None = None,

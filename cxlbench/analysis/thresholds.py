@@ -20,12 +20,12 @@ values between runs, which repetitions inside one run cannot see), as
 """
 from __future__ import annotations
 
-import tomllib
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cxlbench import units
+from cxlbench import tomlfile, units
 
 DEFAULT_THRESHOLD = 0.05
 #: The project's checked-in example, calibrated on our 2-core VMs (see docs/gating.md).
@@ -78,15 +78,16 @@ def load_thresholds(path: str | Path | None = None, threshold: float | str | Non
         return Thresholds(default=base)
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise ThresholdError(f"thresholds file {p} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ThresholdError(f"thresholds file {p} is not valid TOML: {e}") from None
+        data = tomlfile.read(p)
+    except tomlfile.TomlFileError as e:
+        raise ThresholdError(f"thresholds file {e}") from None
     t = Thresholds(default=base, source=str(p))
     if "default" in data:
         file_default = parse_fraction(data["default"], f"{p}: default")
         t.default = explicit if explicit is not None else file_default
+    for table in ("benchmarks", "noise"):
+        if not isinstance(data.get(table, {}), dict):
+            raise ThresholdError(f"{p}: {table} must be a table ([{table}]), not {data[table]!r}")
     for bench, value in (data.get("benchmarks") or {}).items():
         if isinstance(value, dict):
             for metric, v in value.items():

@@ -32,6 +32,7 @@ from cxlbench.results.store import Run
 from cxlbench.training.configs import model_config, train_config
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Cluster, Prediction, Rates, Workload,
                                          activation_bytes, per_gpu, predict)
+from cxlbench import tomlfile
 from cxlbench.units import format_count
 
 PAPER = "paper"
@@ -142,9 +143,9 @@ def load_host(name: str, path: str | Path = HOSTS_FILE) -> HostProfile:
     """A profile of hosts.toml by name, or a .toml file holding one profile's keys."""
     if name.endswith(".toml"):
         try:
-            entry = tomllib.loads(Path(name).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise AdviceError(f"--host {name}: {e}") from None
+            entry = tomlfile.read(name)
+        except tomlfile.TomlFileError as e:
+            raise AdviceError(f"--host {e}") from None
         return _profile(Path(name).stem, entry)
     profiles = tomllib.loads(Path(path).read_text())
     if name not in profiles:

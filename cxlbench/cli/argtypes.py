@@ -53,6 +53,17 @@ def out_file(text: str) -> str:
     return text
 
 
+def machine_root(text: str) -> str:
+    """Where sysfs and procfs are read: / or a fixture tree holding sys/. Anything
+    else would read as a machine with nothing in it, and every command would say so
+    with exit 0."""
+    import os
+    if not os.path.isdir(os.path.join(text or "", "sys")):
+        raise argparse.ArgumentTypeError(f"{text!r} holds no sys/ tree (give / or a fixture tree "
+                                         f"with sys/ and proc/)")
+    return text
+
+
 _SLURM_TIME = __import__("re").compile(r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")
 
 

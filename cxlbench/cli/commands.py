@@ -3,6 +3,7 @@ argument parser calls them, and so do the tests."""
 from __future__ import annotations
 
 import json
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -177,6 +178,11 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
     return 0
 
 
+def _say(text: str, exit_code: int) -> None:
+    """A verdict to stdout; unusable inputs (exit 2) to stderr, like every bad input."""
+    print(text, file=sys.stderr if exit_code == 2 else sys.stdout)
+
+
 def gate(baseline: str, current: str, threshold: str | None = None, thresholds_file: str | None = None,
          allow_missing: bool = False, confirm: bool = False, ignore_identity: list[str] = (),
          markdown: str | None = None, json_out: str | None = None, junit: str | None = None,
@@ -187,7 +193,7 @@ def gate(baseline: str, current: str, threshold: str | None = None, thresholds_f
                       allow_missing=allow_missing, confirm=rerun, ignore_identity=tuple(ignore_identity),
                       normalize=normalize)
     result.exit_undecided = exit_undecided
-    print(result.summary())
+    _say(result.summary(), result.exit_code)
     for path, text in ((markdown, result.markdown), (json_out, result.to_json),
                        (junit, result.junit_xml)):
         if path:
@@ -267,7 +273,7 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     rule = Rule(**{k: v for k, v in (("threshold", parse_fraction(threshold) if threshold else None),
                                      ("window", window), ("spacing_s", spacing)) if v is not None})
     verdict = judge(h, cur, [_resolve(chosen, r, f"{h.machine}/{h.suite}") for r in refs], rule)
-    print(verdict_text(verdict))
+    _say(verdict_text(verdict), verdict.exit_code)
     for path, render in ((json_out, verdict_json), (markdown, verdict_markdown), (junit, verdict_junit)):
         if path:
             Path(path).write_text(render(verdict))

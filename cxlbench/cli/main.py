@@ -11,7 +11,7 @@ import sys
 
 from cxlbench.version import __version__
 from cxlbench.cli import commands
-from cxlbench.cli.argtypes import fraction, out_file, seconds, whole
+from cxlbench.cli.argtypes import fraction, machine_root, out_file, seconds, whole
 from cxlbench.cli.commands import UserError
 
 
@@ -19,7 +19,8 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from cxlbench.results.store import ResultsError
     from cxlbench.runner.lock import Busy
     from cxlbench.runner.suite import SuiteError
-    errors: list[type[BaseException]] = [UserError, ResultsError, SuiteError, Busy]
+    from cxlbench.topology.read import MachineReadError
+    errors: list[type[BaseException]] = [UserError, ResultsError, SuiteError, Busy, MachineReadError]
     try:
         from cxlbench.memory import PlacementError
         errors.append(PlacementError)
@@ -38,7 +39,8 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cxlbench", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"cxlbench {__version__}")
-    p.add_argument("--root", default="/", help="read sysfs/procfs under this root (fixture trees)")
+    p.add_argument("--root", default="/", type=machine_root,
+                   help="read sysfs/procfs under this root (fixture trees)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def tiers(sp):

@@ -271,6 +271,8 @@ def _read_parquet(path: Path | str, source: Any = None) -> pd.DataFrame:
     if missing:
         raise ResultsError(f"{path} is not a cxlbench samples file (missing columns: "
                            f"{', '.join(missing)})")
+    if not pd.api.types.is_numeric_dtype(frame["value"]):
+        raise ResultsError(f"{path} is damaged: its values are {frame['value'].dtype}, not numbers")
     return frame
 
 
@@ -317,6 +319,11 @@ def _parse_meta(text: bytes, where: Any, run_dir: Any) -> dict[str, Any]:
         raise ResultsError(f"{where} is damaged (not JSON)") from None
     if not isinstance(meta, dict) or "run_id" not in meta or "schema_version" not in meta:
         raise ResultsError(f"{run_dir / RUN_JSON} is not a cxlbench run record")
+    if type(meta["schema_version"]) is not int:
+        raise ResultsError(f"{where} is damaged: schema_version is {meta['schema_version']!r}, not a number")
+    cases = meta.get("cases", [])
+    if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+        raise ResultsError(f"{where} is damaged: cases is not a list of case records")
     if meta["schema_version"] > SCHEMA_VERSION:
         raise ResultsError(f"{run_dir} was written by a newer cxlbench (schema "
                            f"{meta['schema_version']}); upgrade to read it")
@@ -331,6 +338,10 @@ def load_run(path: str | Path) -> Run:
     meta = _read_meta(run_dir)
     if (run_dir / SAMPLES).exists():
         samples = _read_parquet(run_dir / SAMPLES)
+    elif meta.get("ended") and not (run_dir / PARTS).is_dir():
+        # finish() merges the parts into samples.parquet before it marks the run ended
+        raise ResultsError(f"{run_dir / SAMPLES} is missing, though the run ended; restore it "
+                           f"or remove the run")
     else:
         samples = _read_parts(run_dir)
     if meta.get("status") == RUNNING and not _alive(meta.get("pid")):

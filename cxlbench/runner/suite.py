@@ -1,13 +1,14 @@
 """Suites are data: suites/<name>.toml says which families, tiers, sweeps and budget."""
 from __future__ import annotations
 
-import tomllib
+
 import typing
 from pathlib import Path
 from typing import Any
 
 from types import ModuleType
 
+from cxlbench import tomlfile
 from cxlbench.benchmarks import UnknownBenchmark, family
 from cxlbench.benchmarks.spec import SUITE_ONLY, Spec, SpecError, coerce, parse
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
@@ -77,11 +78,9 @@ def check_known(table: dict[str, Any], known: set[str], where: str, what: str = 
 def read_toml(path: Path) -> dict[str, Any]:
     """A suite's or an A/B session's file, or a SuiteError in one line."""
     try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise SuiteError(f"{path}: no such file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise SuiteError(f"{path}: not valid TOML ({e})") from None
+        return tomlfile.read(path)
+    except tomlfile.TomlFileError as e:
+        raise SuiteError(str(e)) from None
 
 
 def with_find_max(suite: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,8 @@ def node_ids(root: str) -> list[int]:
 def read_distances(root: str, node: int, ids: list[int]) -> dict[int, int]:
     """The SLIT row of `node`: the kernel lists one distance per online node, in node order."""
     values = (read_text(root, f"{NODE_DIR}/node{node}/distance") or "").split()
+    if not all(v.isdigit() for v in values):
+        raise ValueError(f"{NODE_DIR}/node{node}/distance holds {' '.join(values)!r}, not distances")
     return {other: int(v) for other, v in zip(ids, values)}
 
 

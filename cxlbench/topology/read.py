@@ -22,12 +22,24 @@ def hostname(root: str) -> str:
     return socket.gethostname() if root == "/" else "unknown"
 
 
+class MachineReadError(ValueError):
+    """A file under the root is not in the format the kernel writes (a hand-made
+    fixture tree, most likely): one line, not a traceback."""
+
+
 def read_machine(root: str = "/", probe_gpus: bool = True) -> Machine:
     """Read the machine from sysfs/procfs under `root` ("/" for this one, a fixture tree in tests).
 
     probe_gpus=False skips NVML/torch (they are slow to start and describe only
     the live machine); GPUs are then the ones PCI sysfs shows.
     """
+    try:
+        return _read_machine(root, probe_gpus)
+    except ValueError as e:
+        raise MachineReadError(f"reading the machine under {root}: {e}") from None
+
+
+def _read_machine(root: str, probe_gpus: bool) -> Machine:
     return Machine(
         hostname=hostname(root),
         cpu=read_cpu(root),

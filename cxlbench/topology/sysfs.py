@@ -71,15 +71,18 @@ def resolve(root: str, path: str) -> str:
 def parse_cpulist(text: str | None) -> list[int]:
     """Kernel list format "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]."""
     cpus: list[int] = []
-    for part in (text or "").replace("\n", ",").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.extend(range(int(lo), int(hi) + 1))
-        else:
-            cpus.append(int(part))
+    try:
+        for part in (text or "").replace("\n", ",").split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                cpus.extend(range(int(lo), int(hi) + 1))
+            else:
+                cpus.append(int(part))
+    except ValueError:
+        raise ValueError(f"{text.strip()!r} is not a kernel CPU or node list (e.g. 0-3,8)") from None
     return cpus
 
 
