@@ -26,6 +26,7 @@ import types
 import typing
 from dataclasses import dataclass
 import math
+import re
 from typing import Annotated, Any, Callable, Literal, Union
 
 from cxlbench.units import format_size, parse_size
@@ -172,7 +173,21 @@ def parse(spec_type: type[Spec], table: dict[str, Any], where: str) -> Spec:
             raise SpecError(f"{where}: {k} = {value!r}: {e}") from None
     spec = spec_type(**values)
     _check_order(spec, where)
+    _check_tiers(spec, where)
     return spec
+
+
+#: What a suite's `tiers` may name: a kind, a tier of that kind by name (ddr0, cxl2),
+#: or the GPU families' "local" (the GPU's own node).
+TIER_WORD = re.compile(r"^(ddr|cxl|hbm|nvme)\d*$|^local$")
+
+
+def _check_tiers(spec: Spec, where: str) -> None:
+    """A word that can name no tier on any machine would plan nothing, silently."""
+    for word in getattr(spec, "tiers", ()):
+        if not TIER_WORD.match(str(word)):
+            raise SpecError(f"{where}: tiers = {list(spec.tiers)!r}: {word!r} is not a tier kind (ddr, cxl, "
+                            f"hbm, nvme, local) nor a tier's name (ddr0, cxl2 ...)")
 
 
 def _check_order(spec: Spec, where: str) -> None:

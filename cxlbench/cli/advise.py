@@ -43,13 +43,20 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
         return published_report()
     if model is None:
         raise UserError("advise needs --model (tiny, small, 1b, 3b, 8b, 70b), or --published")
+    if tiers is not None and not tiers:
+        raise UserError("--tiers names no tier: give kinds (hbm,ddr,cxl,nvme) or tier names")
     if host is not None or (gpus or 1) > 1 or nodes > 1:
+        if tiers is not None or within != 0.10:
+            raise UserError("--tiers and --within choose among one GPU's placements from runs; a server's "
+                            "what-if (--host, --gpus) prices every tier: drop them")
         return server(results, model, gpu, DEFAULT_MFU if mfu is None else mfu, gpus, nodes, host, target,
                       batch, seq, out, recompute, accumulate, zero)
     if zero is not None:
         raise UserError("--zero prices a server's step: give --host PROFILE, or --gpus N above 1, with it")
     if accumulate > 1:
         raise UserError("--accumulate prices a server's step: give --host PROFILE, or --gpus N above 1, with it")
+    if recompute:
+        raise UserError("--recompute prices a server's step: give --host PROFILE, or --gpus N above 1, with it")
     if not results:
         raise UserError("advise needs results (run directories or folders) with training runs, or --host "
                         "PROFILE for a server's datasheet figures")
@@ -272,7 +279,7 @@ def add_parser(sub) -> None:
     a.add_argument("-o", "--out", help="also write the advice as one self-contained HTML file")
     a.set_defaults(func=lambda x: advise(
         x.results, x.model, x.gpu, x.mfu, x.within,
-        [t.strip() for t in x.tiers.split(",") if t.strip()] if x.tiers else None, x.out, x.batch, x.seq,
+        [t.strip() for t in x.tiers.split(",") if t.strip()] if x.tiers is not None else None, x.out, x.batch, x.seq,
         x.gpus, x.nodes, x.host, x.target, x.published, x.recompute, x.accumulate,
         x.zero))
 
