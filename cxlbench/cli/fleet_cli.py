@@ -11,6 +11,7 @@ one line and exit 2 through cli.main's known errors.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from cxlbench.cli.argtypes import fraction, out_file, seconds, slurm_time, whole
@@ -173,6 +174,31 @@ def fleet_report(store: str, fleet_id: str | None = None, threshold: str = "10%"
     return 0
 
 
+#: A Kubernetes resource quantity (2Gi, 512Mi, 1.5G, 100m): what the API server takes;
+#: the offline schema leaves it unchecked.
+QUANTITY = re.compile(r"^(\d+(\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+#: A namespace is a DNS-1123 label.
+NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _check_job_fields(store: str, image: str, namespace: str, memory: str | None,
+                      kube_version: str | None) -> None:
+    """What the schema validation does not catch, refused before any manifest is written."""
+    for flag, value in (("--store", store), ("--image", image)):
+        if not value.strip():
+            raise UserError(f"{flag} is empty")
+    if not NAMESPACE.match(namespace):
+        raise UserError(f"--namespace {namespace!r} is not a Kubernetes namespace (lower-case letters, digits "
+                        f"and '-', at most 63)")
+    if memory is not None and not QUANTITY.match(memory):
+        raise UserError(f"--memory {memory!r} is not a Kubernetes quantity (e.g. 64Gi)")
+    if kube_version is not None:
+        from kubernetes_validate.utils import all_versions
+        known = sorted(set(all_versions()), key=lambda v: tuple(int(x) for x in v.split(".")))
+        if kube_version not in known and f"{kube_version}.0" not in known:
+            raise UserError(f"--kube-version {kube_version!r}: the schemas here know {known[0]} to {known[-1]}")
+
+
 def fleet_manifests(store: str, image: str, suite: str, configs: list[str], label_key: str, namespace: str,
                     time_s: int, hugepages: list[str], memory: str, privileged: bool, secret: str | None,
                     endpoint: str | None, kube_version: str | None, out: str | None) -> int:
@@ -180,17 +206,22 @@ def fleet_manifests(store: str, image: str, suite: str, configs: list[str], labe
     from cxlbench.fleet.record import new_fleet_id
     from cxlbench.runner.suite import load_suite
     load_suite(suite)                                # a bad suite stops here, not in every pod
+    _check_job_fields(store, image, namespace, memory, kube_version)
     pages = {}
     for item in hugepages:
         size, sep, amount = item.partition("=")
-        if not sep or size not in HUGEPAGE_SIZES or not amount:
-            raise UserError(f"--hugepages {item!r} is not SIZE=AMOUNT with SIZE one of {', '.join(HUGEPAGE_SIZES)}")
+        if not sep or size not in HUGEPAGE_SIZES or not QUANTITY.match(amount):
+            raise UserError(f"--hugepages {item!r} is not SIZE=AMOUNT with SIZE one of {', '.join(HUGEPAGE_SIZES)} "
+                            f"and AMOUNT a Kubernetes quantity (e.g. 2Gi)")
         pages[size] = amount
-    fleet_id, specs = new_fleet_id(), []
+    fleet_id, specs, names = new_fleet_id(), [], set()
     for item in configs:
         name, sep, count = item.partition("=")
         if not sep or not name or not count.isdigit() or int(count) < 1:
             raise UserError(f"--config {item!r} is not NAME=NODES (a configuration and how many nodes carry it)")
+        if name in names:
+            raise UserError(f"--config {name!r} is given twice: each configuration is one Job, named for it")
+        names.add(name)
         specs.append(JobSpec(name, int(count), image, store, suite, fleet_id, label_key=label_key,
                              namespace=namespace, time_limit_s=time_s, hugepages=pages, memory=memory,
                              privileged=privileged, secret=secret, endpoint=endpoint))

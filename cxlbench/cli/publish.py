@@ -50,6 +50,12 @@ class FleetPages:
 def publish(stores: list[str], out: str, quiet: bool = False) -> int:
     if not stores:
         raise UserError("publish needs at least one store (a results folder or a store URL)")
+    if not out.strip():
+        raise UserError("publish -o needs the site's folder, not an empty name")
+    from cxlbench.results import location
+    for store in stores:
+        if location.is_url(store):
+            location.check_reachable(store)      # no credentials or bucket: one line, not botocore's
     from cxlbench.report import site
     done = site.publish(stores, out, FleetPages([str(s) for s in stores]))
     if not quiet:
