@@ -53,6 +53,17 @@ def test_a_change_between_configurations_is_judged_on_paired_ratios(tmp_path):
     assert verdicts["same"].verdict == "same" and verdicts["same"].ratio == pytest.approx(1.0)
 
 
+def test_a_session_whose_every_round_was_crowded_out_exits_2_saying_so(tmp_path, capsys):
+    where = run_session(load_session(ab_file(tmp_path, TWO, rounds=2, modes=["crowded"])), out=str(tmp_path / "r"))
+    assert judge_session(where).verdicts == []
+    capsys.readouterr()                                 # the session's progress lines
+    assert main(["ab", "--judge", str(where)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "every repetition was left out" in err and len(err.splitlines()) == 1
+    assert all(load_run(c["run"]).samples.shape[0] for c in json.loads((where / "ab.json").read_text())["configs"]), \
+        "what was measured is kept"
+
+
 def test_settings_reach_every_table_whose_family_has_the_key(tmp_path):
     configs = ('[[config]]\nname = "one"\nset = { level = 2.0 }\n\n'
                '[[config]]\nname = "two"\nset = { level = 3.0 }\n')
@@ -67,6 +78,7 @@ def test_settings_reach_every_table_whose_family_has_the_key(tmp_path):
     ('[[config]]\nname = "a"\nset = { pages = ["4k"] }\n\n[[config]]\nname = "b"\n', "has the key 'pages'"),
     ('[[config]]\nname = "a"\nset = { level = "high" }\n\n[[config]]\nname = "b"\n', "level = 'high'"),
     ('[[config]]\nname = "a"\nbefore = "false"\n\n[[config]]\nname = "b"\n', "before-command failed"),
+    ('[[config]]\nname = "a"\npythonpath = "/nonexistent"\n\n[[config]]\nname = "b"\n', "is not a folder"),
     ('[[config]]\nname = "a"\n\n[[config]]\nname = "a"\n', "must differ"),
     ('[[config]]\nname = "a"\npython = "/nonexistent/python"\n\n[[config]]\nname = "b"\n', "cannot start"),
 ])

@@ -52,6 +52,7 @@ class SessionVerdicts:
     configs: list[str]
     threshold: float
     verdicts: list[PairedVerdict] = field(default_factory=list)
+    why_none: str = ""         # with no verdicts: why nothing could be judged
 
     def counts(self) -> dict[str, int]:
         return {v: sum(1 for x in self.verdicts if x.change.verdict == v) for v in VERDICTS}
@@ -123,7 +124,22 @@ def judge_session(path: str | Path, threshold: float | str | None = None,
         needed = rounds_needed(ratio, th) if change.verdict == INCONCLUSIVE else float(ratio.n_base)
         out.verdicts.append(PairedVerdict(r.index, r.benchmark, r.metric, r.point, out.configs[r.config],
                                           change, ratio.n_base, needed))
+    if not out.verdicts:
+        out.why_none = _why_none(record)
     return out
+
+
+def _why_none(record: dict[str, Any]) -> str:
+    """Why a session gave no point to judge: nothing measured, or nothing kept."""
+    samples = [load_run(c["run"]).samples for c in record["configs"]]
+    total = sum(len(s) for s in samples)
+    if total == 0:
+        return "its runs hold no samples (every case skipped or failed, or the session was stopped first)"
+    held = sum(int((s["cpu_held"] < HELD_MIN).sum()) for s in samples if "cpu_held" in s.columns)
+    if held == total:
+        return (f"every repetition was left out: its threads held their CPUs less than {HELD_MIN:.0%} of "
+                f"the time (another process or the hypervisor had them); measure when the machine is quiet")
+    return "no point was measured in both configurations of a pair"
 
 
 @dataclass(frozen=True)

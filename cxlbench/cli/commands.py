@@ -170,6 +170,8 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
         verdicts = judge_session(judge, threshold)
     except ThresholdError as e:
         raise UserError(str(e)) from None
+    if not verdicts.verdicts:
+        raise UserError(f"nothing to judge in {judge}: {verdicts.why_none}")
     print(format_verdicts(verdicts))
     where = Path(judge)
     (where if where.is_dir() else where.parent).joinpath("verdicts.json").write_text(

@@ -58,6 +58,8 @@ def measure(case, env, info):
         side = os.environ.get("CXLBENCH_FAKE_SIDE", "")
         return [Sample("latency_ns", case.params["level"] * (1 + random.Random(f"{side}-{g}").gauss(0, 0.03)), r)
                 for r in range(case.repetitions) for g in [case.seed(r)]]
+    if mode == "crowded":                          # another process had the CPU most of the time
+        return [Sample("latency_ns", 1.0, r, {"cpu_held": 0.5}) for r in range(case.repetitions)]
     if mode == "undeclared":                       # a metric the family never declared
         return [Sample("furlongs", 1.0, 0)]
     if mode == "stamp":                            # which process, and when
