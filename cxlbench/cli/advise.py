@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Sequence
 
-from cxlbench.cli.argtypes import whole
+from cxlbench.cli.argtypes import out_file, whole
 from cxlbench.cli.commands import UserError
 from cxlbench.units import format_number
 
@@ -276,7 +276,7 @@ def add_parser(sub) -> None:
                         "too, gathered for every forward and backward); default 2 where it fits a GPU, else 3")
     a.add_argument("--published", action="store_true",
                    help="check the step model against published offload measurements (model ÷ paper)")
-    a.add_argument("-o", "--out", help="also write the advice as one self-contained HTML file")
+    a.add_argument("-o", "--out", type=out_file, help="also write the advice as one self-contained HTML file")
     a.set_defaults(func=lambda x: advise(
         x.results, x.model, x.gpu, x.mfu, x.within,
         [t.strip() for t in x.tiers.split(",") if t.strip()] if x.tiers is not None else None, x.out, x.batch, x.seq,

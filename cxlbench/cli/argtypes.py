@@ -50,6 +50,11 @@ def out_file(text: str) -> str:
     import os
     if not text.strip() or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a file to write (a folder or nothing)")
+    folder = os.path.dirname(text)
+    while folder and not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if folder and not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {folder} is a file, not a folder")
     return text
 
 

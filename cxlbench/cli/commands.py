@@ -123,6 +123,9 @@ def _newest_run(results: str = "results") -> str:
 def report(runs: list[str], out: str | None = None, thresholds_file: str | None = None) -> int:
     from cxlbench.analysis import ThresholdError
     from cxlbench.report import render
+    if thresholds_file and len(runs) < 2:
+        raise UserError("--thresholds judges a comparison: give report two runs or more (the first the "
+                        "baseline), or drop it")
     try:
         path = render(runs or [_newest_run()], out, thresholds_file=thresholds_file)
     except ThresholdError as e:
@@ -299,6 +302,8 @@ def _rerunner(current: str, root: str):
 
 def calibrate(run_a: str, run_b: str, thresholds_out: str | None = None) -> int:
     from cxlbench.analysis import calibrate as run_calibrate
+    if Path(run_a).resolve() == Path(run_b).resolve():
+        raise UserError("calibrate needs two runs of the same suite (an A/A pair), not one run twice")
     cal = run_calibrate(run_a, run_b)
     print(cal.format())
     if thresholds_out:
