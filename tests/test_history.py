@@ -234,6 +234,14 @@ def test_gate_against_history_writes_its_rule_and_verdicts_as_json(tmp_path, cap
     assert {p["verdict"] for p in verdict["points"]} == {"slower"}
 
 
+def test_gate_against_history_names_the_runs_it_left_out(tmp_path, capsys):
+    paths = _runs(tmp_path, 14)
+    (paths[3] / "run.json").write_text("{damaged")
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13])])
+    text = capsys.readouterr().out
+    assert rc == 0 and "left out: 1 run(s)" in text and "damaged (not JSON)" in text
+
+
 def test_gate_against_history_names_a_run_that_is_not_there(tmp_path, capsys):
     _runs(tmp_path, 2)
     rc = main(["gate", "--history", str(tmp_path / "results"), "--current", "nope"])

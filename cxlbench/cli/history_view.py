@@ -37,9 +37,14 @@ def history_text(h: History, changes: list[PointChange]) -> str:
     for m in h.markers:
         lines.append(f"accepted: {m.run_id} on {m.accepted_at} by {m.by}: {m.reason}")
     if h.left_out:
-        lines.append(f"left out: {len(h.left_out)} run(s) — " + "; ".join(h.left_out[:3]) +
-                     (" ..." if len(h.left_out) > 3 else ""))
+        lines.append(left_out_line(h.left_out))
     return "\n".join(lines)
+
+
+def left_out_line(left: list[str]) -> str:
+    """The runs a history could not use (damaged, unfinished), named: a gate that drops
+    them without a word would judge on less history than its user thinks."""
+    return f"left out: {len(left)} run(s) — " + "; ".join(left[:3]) + (" ..." if len(left) > 3 else "")
 
 
 def verdict_text(v: HistoryVerdict) -> str:
