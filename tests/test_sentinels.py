@@ -182,7 +182,7 @@ def test_normalising_a_run_without_sentinels_is_refused_in_one_line(tmp_path, ca
     with pytest.raises(ResultsError, match="no drift sentinels"):
         compare([a, bare], normalize="sentinel")
     code = main(["gate", "--baseline", str(a), "--current", str(bare), "--normalize", "sentinel"])
-    assert code == 2 and "no drift sentinels" in capsys.readouterr().out
+    assert code == 2 and "no drift sentinels" in capsys.readouterr().err
 
 
 def test_evidence_adopts_the_ratio_only_where_the_shared_drift_dominates(tmp_path):
