@@ -149,8 +149,11 @@ def contiguity_line(df) -> str:
     """Our read buffers' physical contiguity, which moves a one-thread 4 KiB read on a
     VM by up to a fifth (docs/validation.md, run L): the peers' is not recorded."""
     sel = where(df, benchmark="bandwidth", page="4k", metric="bandwidth_GBps")
+    if sel.empty:
+        return "read buffers' physical contiguity: no read in these runs"
     if "phys_contiguity" not in sel.columns or sel.phys_contiguity.isna().all():
         return "read buffers' physical contiguity: not recorded (frames hidden: run as root)"
+    sel = sel.dropna(subset=["phys_contiguity"])
     parts = [f"{_threads(int(t))} median {g.phys_contiguity.median():.2f} ({g.phys_contiguity.min():.2f}-"
              f"{g.phys_contiguity.max():.2f})" for t, g in sel.groupby("threads")]
     return "read buffers' physical contiguity: " + "; ".join(parts)

@@ -64,6 +64,17 @@ def test_a_session_whose_every_round_was_crowded_out_exits_2_saying_so(tmp_path,
         "what was measured is kept"
 
 
+def test_a_pythonpath_of_several_folders_is_taken_and_a_missing_one_is_named(tmp_path):
+    import os
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    two = f'[[config]]\nname = "x"\npythonpath = "{a}{os.pathsep}{b}"\n\n[[config]]\nname = "y"\n'
+    assert load_session(ab_file(tmp_path, two)).configs[0].pythonpath == f"{a}{os.pathsep}{b}"
+    gone = two.replace(str(b), str(tmp_path / "gone"))
+    with pytest.raises(Exception, match="pythonpath entry .*gone' is not a folder"):
+        load_session(ab_file(tmp_path, gone))
+
+
 def test_settings_reach_every_table_whose_family_has_the_key(tmp_path):
     configs = ('[[config]]\nname = "one"\nset = { level = 2.0 }\n\n'
                '[[config]]\nname = "two"\nset = { level = 3.0 }\n')

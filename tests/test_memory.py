@@ -152,6 +152,14 @@ def test_contiguity_counts_pages_whose_frame_is_next_to_the_previous_one(tmp_pat
     assert physical_contiguity(4096, 3 * 4096, scattered) == 0.5, "only the range's own pages count"
 
 
+def test_contiguity_read_in_chunks_counts_the_pages_across_each_chunk_edge(tmp_path, monkeypatch):
+    from cxlbench.memory import verify
+    frames = [10, 11, 12, 13, 500, 501, 7, 8, 9]       # 6 of 8 neighbours adjacent
+    whole = physical_contiguity(0, 9 * 4096, pagemap_file(tmp_path, frames))
+    monkeypatch.setattr(verify, "PAGEMAP_CHUNK", 2)
+    assert physical_contiguity(0, 9 * 4096, pagemap_file(tmp_path, frames)) == whole == 0.75
+
+
 def test_contiguity_is_none_where_frames_are_hidden_or_pages_absent(tmp_path):
     hidden = pagemap_file(tmp_path, [0, 0, 0])          # what a process without CAP_SYS_ADMIN reads
     assert physical_contiguity(0, 3 * 4096, hidden) is None

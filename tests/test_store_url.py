@@ -96,3 +96,10 @@ def test_a_machines_history_reads_its_runs_from_the_store(s3_store, tmp_path):
     assert set(h.rows["position"]) == {0, 1}
     marker = history.accept(h.paths[h.runs["run_id"].iloc[-1]], "new expander firmware")
     assert [m.run_id for m in history.history(s3_store).markers] == [marker.run_id]
+
+
+def test_an_ended_run_whose_samples_are_gone_from_the_store_is_called_damaged(s3_store, tmp_path):
+    w = write(s3_store, staging=tmp_path / "staging")
+    location.delete(location.join(w.url, "samples.parquet"))
+    with pytest.raises(ResultsError, match="samples.parquet is missing, though the run ended"):
+        load_run(w.url)

@@ -109,7 +109,8 @@ def _is_session(record: Any) -> bool:
         items = record.get(key)
         return isinstance(items, list) and all(isinstance(i, dict) and all(f in i for f in fields)
                                                for i in items)
-    return isinstance(record, dict) and records("configs", "name", "run") and records("pairs")
+    return (isinstance(record, dict) and records("configs", "name", "run") and records("pairs")
+            and all(isinstance(c["run"], str) for c in record["configs"]))
 
 
 def judge_session(path: str | Path, threshold: float | str | None = None,

@@ -20,7 +20,6 @@ values between runs, which repetitions inside one run cannot see), as
 """
 from __future__ import annotations
 
-
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any

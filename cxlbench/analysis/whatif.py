@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+from cxlbench import tomlfile
 from cxlbench.analysis.advisor import (ASSUMED, DATASHEET, MEASURED, AdviceError, Figure, GpuInputs, HostTier,
                                        Source, _host_tiers)
 from cxlbench.analysis.advisor import _workload as advisor_workload
@@ -32,7 +33,6 @@ from cxlbench.results.store import Run
 from cxlbench.training.configs import model_config, train_config
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Cluster, Prediction, Rates, Workload,
                                          activation_bytes, per_gpu, predict)
-from cxlbench import tomlfile
 from cxlbench.units import format_count
 
 PAPER = "paper"

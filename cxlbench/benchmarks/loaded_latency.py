@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cxlbench.benchmarks import tails
-from cxlbench.benchmarks.base import Env, Planned, Show, as_list, host_pairs, metrics, place, sweep
+from cxlbench.benchmarks.base import (Env, Planned, Show, as_list, host_pairs, metrics, place, placement_found,
+                                     sweep)
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes
 from cxlbench.benchmarks.spec import Delays, Mix, Size, Spec as BaseSpec, Threads
 from cxlbench.results.schema import Case, Metric, Sample
@@ -173,8 +174,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
         loads = p["load_threads"] if parse_delays(p["delays"]) else 0    # idle only: none
         load = place(max(p["load_bytes"] * loads, 4096), tier.node, p["page"])
         with chase, load:
-            found = {"page_bytes": min(chase.page_bytes_found, load.page_bytes_found),
-                     "huge_coverage": min(chase.huge_coverage, load.huge_coverage)}
+            found = placement_found(chase, load)
             samples += curve(chase, load, cpus, p, rep, found, env, info, seed=case.seed(rep),
                              tails_too=True)
     return samples

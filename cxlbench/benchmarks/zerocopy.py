@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks.base import Env, Planned, Show, metrics, place, sweep
+from cxlbench.benchmarks.base import Env, Planned, Show, metrics, place, placement_found, sweep
 from cxlbench.benchmarks.sizes import array_bytes
 from cxlbench.benchmarks.write_penalty import Threads, thread_list
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
@@ -154,7 +154,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
                 found = placement(data.addr, n, local_node)
                 moved_fraction.append(found.fraction)
             passes = _native.stream("read", where, 0, 0, n, cpus, False, uses)
-            found_page = {"page_bytes": data.page_bytes_found, "huge_coverage": data.huge_coverage}
+            found_page = placement_found(data)
         finally:
             data.close()
             if staging is not None:

@@ -19,11 +19,13 @@ from cxlbench.cli.argtypes import out_file, whole
 from cxlbench.cli.commands import UserError
 from cxlbench.units import format_number
 
+DEFAULT_WITHIN = 0.10      # name the cheapest placement within 10% of the best tokens/s
+
 if TYPE_CHECKING:
     from cxlbench.analysis.advisor import Advice
 
 def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mfu: float | None = None,
-           within: float = 0.10, tiers: Sequence[str] | None = None, out: str | None = None,
+           within: float | None = None, tiers: Sequence[str] | None = None, out: str | None = None,
            batch: int | None = None, seq: int | None = None, gpus: int | None = None, nodes: int = 1,
            host: str | None = None, target: float = 0.90, published: bool = False,
            recompute: bool = False, accumulate: int = 1, zero: int | None = None) -> int:
@@ -46,7 +48,7 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
     if tiers is not None and not tiers:
         raise UserError("--tiers names no tier: give kinds (hbm,ddr,cxl,nvme) or tier names")
     if host is not None or (gpus or 1) > 1 or nodes > 1:
-        if tiers is not None or within != 0.10:
+        if tiers is not None or within is not None:
             raise UserError("--tiers and --within choose among one GPU's placements from runs; a server's "
                             "what-if (--host, --gpus) prices every tier: drop them")
         return server(results, model, gpu, DEFAULT_MFU if mfu is None else mfu, gpus, nodes, host, target,
@@ -61,7 +63,8 @@ def advise(results: Sequence[str], model: str | None, gpu: str | None = None, mf
         raise UserError("advise needs results (run directories or folders) with training runs, or --host "
                         "PROFILE for a server's datasheet figures")
     try:
-        advice = make_advice(results, model, gpu, DEFAULT_MFU if mfu is None else mfu, within, tiers,
+        advice = make_advice(results, model, gpu, DEFAULT_MFU if mfu is None else mfu,
+                             DEFAULT_WITHIN if within is None else within, tiers,
                              batch, seq)
     except AdviceError as e:
         raise UserError(str(e)) from None
@@ -252,7 +255,7 @@ def add_parser(sub) -> None:
                                  "training run among the results")
     a.add_argument("--mfu", type=_fraction,
                    help="model FLOPs utilisation assumed with a datasheet GPU (default 0.40)")
-    a.add_argument("--within", type=_within, default=0.10, metavar="PERCENT",
+    a.add_argument("--within", type=_within, metavar="PERCENT",
                    help="name the cheapest placement within this of the best tokens/s (default 10)")
     a.add_argument("--tiers", help="restrict the placements: kinds (hbm,ddr,cxl,nvme) or tier names "
                                    "(ddr0,nvme0), comma-separated; default every kind")

@@ -61,8 +61,11 @@ def out_file(text: str) -> str:
 def machine_root(text: str) -> str:
     """Where sysfs and procfs are read: / or a fixture tree holding sys/. Anything
     else would read as a machine with nothing in it, and every command would say so
-    with exit 0."""
+    with exit 0. "/" (the default, which argparse passes through here too) is this
+    machine, read as it is: report, compare and the rest need no sysfs at all."""
     import os
+    if text == "/":
+        return text
     if not os.path.isdir(os.path.join(text or "", "sys")):
         raise argparse.ArgumentTypeError(f"{text!r} holds no sys/ tree (give / or a fixture tree "
                                          f"with sys/ and proc/)")

@@ -278,8 +278,8 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     rule = Rule(**{k: v for k, v in (("threshold", parse_fraction(threshold) if threshold else None),
                                      ("window", window), ("spacing_s", spacing)) if v is not None})
     verdict = judge(h, cur, [_resolve(chosen, r, f"{h.machine}/{h.suite}") for r in refs], rule)
-    left = f"\n{left_out_line(h.left_out)}" if h.left_out and verdict.exit_code != 2 else ""
-    _say(verdict_text(verdict) + left, verdict.exit_code)
+    left_line = f"\n{left_out_line(h.left_out)}" if h.left_out and verdict.exit_code != 2 else ""
+    _say(verdict_text(verdict) + left_line, verdict.exit_code)
     for path, render in ((json_out, verdict_json), (markdown, verdict_markdown), (junit, verdict_junit)):
         if path:
             Path(path).write_text(render(verdict))

@@ -176,7 +176,7 @@ def fleet_report(store: str, fleet_id: str | None = None, threshold: str = "10%"
 
 #: A Kubernetes resource quantity (2Gi, 512Mi, 1.5G, 100m): what the API server takes;
 #: the offline schema leaves it unchecked.
-QUANTITY = re.compile(r"^(\d+(\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 #: A namespace is a DNS-1123 label.
 NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 

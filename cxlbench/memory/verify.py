@@ -81,6 +81,7 @@ def verify_on_node(addr: int, length: int, node: int, page_bytes: int = 4096) ->
 
 PAGEMAP_PFN_MASK = (1 << 55) - 1
 PAGEMAP_PRESENT = 1 << 63
+PAGEMAP_CHUNK = 1 << 18        # entries read at a time: 2 MiB of map for 1 GiB of buffer
 
 
 def physical_contiguity(addr: int, length: int, pagemap: str = "/proc/self/pagemap") -> float | None:
@@ -90,28 +91,38 @@ def physical_contiguity(addr: int, length: int, pagemap: str = "/proc/self/pagem
     free pages.
 
     Why it is recorded: node and page size do not fix what a 4 KiB-page buffer reads
-    at. On a KVM guest (the AMD EPYC VM of docs/validation.md, run L) a 512 MiB
-    buffer of scattered pages read 0.79-0.94x the contiguous ones in the same
-    process, and a page-stride chase over it ran 3-19% slower: the translation
-    behind the guest's frames differs, and the guest cannot see it. The figure lets
-    two runs' buffers be compared. None where the frames are hidden (Linux shows
-    them only with CAP_SYS_ADMIN) or a page is not present.
+    at. On a KVM guest (the AMD EPYC VM of docs/validation.md, run L) the most
+    scattered 512 MiB buffer of a process read 0.79-0.89x the round's geometric mean
+    over all its buffers, and a page-stride chase over it ran 4-19% slower: what
+    backs those guest frames on the host differs, which the guest cannot see. The
+    figure lets two runs' buffers be compared. None where the frames are hidden
+    (Linux shows them only with CAP_SYS_ADMIN; found on the first page, so nothing
+    more is read) or a page is not present.
     """
     import numpy as np
     first, pages = addr // 4096, (addr + length + 4095) // 4096 - addr // 4096
+    if pages < 2:
+        return None
+    adjacent, previous = 0, None
     try:
         with open(pagemap, "rb") as f:
             f.seek(first * 8)
-            raw = f.read(pages * 8)
+            for done in range(0, pages, PAGEMAP_CHUNK):
+                # in chunks: a whole 100 GiB buffer's map would be 200 MiB of this process
+                want = min(PAGEMAP_CHUNK, pages - done)
+                entries = np.frombuffer(f.read(want * 8), dtype=np.uint64)
+                if len(entries) != want:
+                    return None
+                frames = (entries & np.uint64(PAGEMAP_PFN_MASK)).astype(np.int64)
+                if not ((entries & np.uint64(PAGEMAP_PRESENT)).all() and frames.all()):
+                    return None
+                if previous is not None:
+                    frames = np.concatenate(([previous], frames))
+                adjacent += int(np.count_nonzero(np.abs(np.diff(frames)) == 1))
+                previous = frames[-1]
     except OSError:
         return None
-    entries = np.frombuffer(raw, dtype=np.uint64)
-    if len(entries) != pages or pages < 2:
-        return None
-    frames = entries & np.uint64(PAGEMAP_PFN_MASK)
-    if not ((entries & np.uint64(PAGEMAP_PRESENT)).all() and frames.all()):
-        return None
-    return float(np.mean(np.abs(np.diff(frames.astype(np.int64))) == 1))
+    return adjacent / (pages - 1)
 
 
 def smaps_vma(addr: int, smaps_path: str = "/proc/self/smaps") -> dict[str, int] | None:

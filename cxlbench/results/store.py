@@ -339,9 +339,7 @@ def load_run(path: str | Path) -> Run:
     if (run_dir / SAMPLES).exists():
         samples = _read_parquet(run_dir / SAMPLES)
     elif meta.get("ended") and not (run_dir / PARTS).is_dir():
-        # finish() merges the parts into samples.parquet before it marks the run ended
-        raise ResultsError(f"{run_dir / SAMPLES} is missing, though the run ended; restore it "
-                           f"or remove the run")
+        raise ResultsError(_missing_samples(run_dir / SAMPLES))
     else:
         samples = _read_parts(run_dir)
     if meta.get("status") == RUNNING and not _alive(meta.get("pid")):
@@ -375,13 +373,13 @@ def _load_stored_run(url: str) -> Run:
         raise ResultsError(f"{url} is not a cxlbench run (no {RUN_JSON})")
     meta = _parse_meta(text, location.join(url, RUN_JSON), url)
     for _ in range(3):      # a part withdrawn while read: the writer merged them, read again
-        samples = _stored_samples(url)
+        samples = _stored_samples(url, ended=bool(meta.get("ended")))
         if samples is not None:
             return Run(url, meta, samples)
     raise ResultsError(f"{url}: its samples changed three times while being read; try again")
 
 
-def _stored_samples(url: str) -> pd.DataFrame | None:
+def _stored_samples(url: str, ended: bool = False) -> pd.DataFrame | None:
     samples_url = location.join(url, SAMPLES)
     data = location.read_bytes(samples_url)
     if data is not None:
@@ -392,7 +390,14 @@ def _stored_samples(url: str) -> pd.DataFrame | None:
         if data is None:
             return None
         frames.append(_read_parquet(part, data))
+    if ended and not frames:
+        raise ResultsError(_missing_samples(samples_url))
     return _tidy(pd.concat(frames, ignore_index=True)) if frames else _empty()
+
+
+def _missing_samples(where: Any) -> str:
+    # finish() merges the parts into samples.parquet before it marks the run ended
+    return f"{where} is missing, though the run ended; restore it or remove the run"
 
 
 def find_runs(path: str | Path) -> list[Path] | list[str]:

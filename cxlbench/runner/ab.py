@@ -123,8 +123,9 @@ def load_session(path: str | Path) -> Session:
             raise SuiteError(f"{where}: tier = {tier!r}: expected declarations such as [\"cxl=node:1\"]")
         if not isinstance(c.get("set", {}), dict) or not isinstance(c.get("env", {}), dict):
             raise SuiteError(f"{where}: set and env are tables (set = {{ page = [\"thp\"] }})")
-        if c.get("pythonpath") and not Path(str(c["pythonpath"])).is_dir():
-            raise SuiteError(f"{where}: pythonpath = {c['pythonpath']!r} is not a folder (a source tree "
+        missing = [e for e in str(c.get("pythonpath", "")).split(os.pathsep) if e and not Path(e).is_dir()]
+        if missing:
+            raise SuiteError(f"{where}: pythonpath entry {missing[0]!r} is not a folder (a source tree "
                              f"whose cxlbench that side measures)")
         out.append(Config(c["name"], dict(c.get("set", {})), list(tier),
                           {k: str(v) for k, v in c.get("env", {}).items()}, str(c.get("before", "")),

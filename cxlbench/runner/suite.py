@@ -1,7 +1,6 @@
 """Suites are data: suites/<name>.toml says which families, tiers, sweeps and budget."""
 from __future__ import annotations
 
-
 import typing
 from pathlib import Path
 from typing import Any

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .hmat import read_hmat
 from .hugepages import node_pools
 from .model import Node
-from .sysfs import meminfo_bytes, numbered, parse_cpulist, read_text
+from .sysfs import SysfsFormatError, meminfo_bytes, numbered, parse_cpulist, read_text
 
 NODE_DIR = "/sys/devices/system/node"
 TIER_DIR = "/sys/devices/virtual/memory_tiering"
@@ -20,7 +20,7 @@ def read_distances(root: str, node: int, ids: list[int]) -> dict[int, int]:
     """The SLIT row of `node`: the kernel lists one distance per online node, in node order."""
     values = (read_text(root, f"{NODE_DIR}/node{node}/distance") or "").split()
     if not all(v.isdigit() for v in values):
-        raise ValueError(f"{NODE_DIR}/node{node}/distance holds {' '.join(values)!r}, not distances")
+        raise SysfsFormatError(f"{NODE_DIR}/node{node}/distance holds {' '.join(values)!r}, not distances")
     return {other: int(v) for other, v in zip(ids, values)}
 
 

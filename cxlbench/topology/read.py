@@ -12,7 +12,7 @@ from .hugepages import system_pools
 from .model import Machine
 from .nodes import read_memory_tiers, read_nodes
 from .block_devices import read_block_devices
-from .sysfs import read_text
+from .sysfs import SysfsFormatError, read_text
 
 
 def hostname(root: str) -> str:
@@ -24,7 +24,8 @@ def hostname(root: str) -> str:
 
 class MachineReadError(ValueError):
     """A file under the root is not in the format the kernel writes (a hand-made
-    fixture tree, most likely): one line, not a traceback."""
+    fixture tree, most likely): one line naming the root, not a traceback. Only
+    that: a library's error while probing GPUs stays what it is."""
 
 
 def read_machine(root: str = "/", probe_gpus: bool = True) -> Machine:
@@ -35,7 +36,7 @@ def read_machine(root: str = "/", probe_gpus: bool = True) -> Machine:
     """
     try:
         return _read_machine(root, probe_gpus)
-    except ValueError as e:
+    except SysfsFormatError as e:
         raise MachineReadError(f"reading the machine under {root}: {e}") from None
 
 

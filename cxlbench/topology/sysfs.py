@@ -68,6 +68,10 @@ def resolve(root: str, path: str) -> str:
     return os.path.realpath(under(root, path))
 
 
+class SysfsFormatError(ValueError):
+    """A file is not in the format the kernel writes (a hand-made fixture tree, most likely)."""
+
+
 def parse_cpulist(text: str | None) -> list[int]:
     """Kernel list format "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]."""
     cpus: list[int] = []
@@ -82,7 +86,7 @@ def parse_cpulist(text: str | None) -> list[int]:
             else:
                 cpus.append(int(part))
     except ValueError:
-        raise ValueError(f"{text.strip()!r} is not a kernel CPU or node list (e.g. 0-3,8)") from None
+        raise SysfsFormatError(f"{text.strip()!r} is not a kernel CPU or node list (e.g. 0-3,8)") from None
     return cpus
 
 

@@ -609,7 +609,8 @@ class Fsdp2Engine(_EngineBase):
         if not dist.is_initialized():
             device_id = {"device_id": self.device} if self.cuda else {}
             if "RANK" in os.environ and "WORLD_SIZE" in os.environ:      # torchrun
-                # torch's own env:// rendezvous, done here to keep its store for close()
+                # torch's own env:// rendezvous, done here to keep its store for close(); the
+                # store keeps the rendezvous timeout (30 min), not the group's
                 store, rank, world = next(dist.rendezvous("env://"))
             else:
                 store, rank, world = dist.HashStore(), 0, 1
@@ -701,3 +702,4 @@ class Fsdp2Engine(_EngineBase):
         if self._store is not None and dist.is_initialized():
             _all_ranks_done(self._store, dist.get_rank(), dist.get_world_size())
             dist.destroy_process_group()
+        self._store = None
