@@ -165,7 +165,7 @@ def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
 
 def export_pytest_benchmark(run: Run | str | Path, path: str | Path) -> Path:
     """Write `run` (a run directory or a loaded Run) to `path` as pytest-benchmark JSON."""
-    return _write(pytest_benchmark_dict(as_run(run)), path)
+    return write(pytest_benchmark_dict(as_run(run)), path)
 
 
 #: github-action-benchmark's two custom tools, and the direction each holds
@@ -190,21 +190,33 @@ def github_action_benchmark_list(run: Run, tool: str) -> list[dict[str, Any]]:
     return out
 
 
+def format_data(run: Run | str | Path, fmt: str) -> Any:
+    """`run` as format `fmt` would hold it (one of FORMATS), before it is written."""
+    run = as_run(run)
+    return pytest_benchmark_dict(run) if fmt == "pytest-benchmark" else github_action_benchmark_list(run, fmt)
+
+
 def export_github_action_benchmark(run: Run | str | Path, path: str | Path, tool: str) -> Path:
     """Write the points of `run` whose direction is `tool`'s (customBiggerIsBetter or
     customSmallerIsBetter): one file per tool, as github-action-benchmark reads one
     tool per step."""
-    return _write(github_action_benchmark_list(as_run(run), tool), path)
+    return write(github_action_benchmark_list(as_run(run), tool), path)
 
 
-def _write(data: Any, path: str | Path) -> Path:
+def dumps(data: Any) -> str:
+    """The JSON both formats are written as (NaN refused: neither reader takes it)."""
+    return json.dumps(data, indent=1, allow_nan=False, default=str)
+
+
+def write(data: Any, path: str | Path) -> Path:
+    """`data` as JSON at `path`, whole or not at all (atomic), its folders made."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, json.dumps(data, indent=1, allow_nan=False, default=str).encode())
+    atomic_write(out, dumps(data).encode())
     return out
 
 
 FORMATS = ("pytest-benchmark", *GAB_TOOLS)
 
 __all__ = ["export_pytest_benchmark", "pytest_benchmark_dict", "export_github_action_benchmark",
-           "github_action_benchmark_list", "points_of", "FORMATS", "GAB_TOOLS"]
+           "github_action_benchmark_list", "points_of", "format_data", "dumps", "write", "FORMATS", "GAB_TOOLS"]

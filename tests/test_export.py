@@ -126,3 +126,14 @@ def test_export_refuses_an_unknown_format_in_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "customBiggerIsBetter" in err
     assert main(["export", str(run), "--format", "customSmallerIsBetter", "-o", str(tmp_path / "s.json")]) == 0
     assert json.loads((tmp_path / "s.json").read_text())[0]["unit"]
+
+
+def test_export_to_dash_writes_the_json_alone_to_stdout_and_no_file(tmp_path, capsys, monkeypatch):
+    from cxlbench.cli.main import main
+    run = _with_found_values(np.random.default_rng(8), "a", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(run), "--format", "customBiggerIsBetter", "-o", "-"]) == 0
+    out = capsys.readouterr().out
+    points = json.loads(out)  # nothing but the JSON: a pipe into jq reads it whole
+    assert points and {p["unit"] for p in points} == {"GB/s"}
+    assert not (tmp_path / "-").exists()

@@ -315,13 +315,15 @@ def calibrate(run_a: str, run_b: str, thresholds_out: str | None = None) -> int:
 
 def export(run_path: str, out: str, fmt: str = "pytest-benchmark") -> int:
     """A run in another tool's format: pytest-benchmark, or github-action-benchmark's
-    customBiggerIsBetter / customSmallerIsBetter (the points of that direction)."""
+    customBiggerIsBetter / customSmallerIsBetter (the points of that direction).
+    `out` "-" is standard output, for a pipe (`| jq`), with nothing else printed there."""
     from cxlbench import export as exp
     from cxlbench.results.store import load_run
     if fmt not in exp.FORMATS:
         raise UserError(f"unknown export format {fmt!r} (supported: {', '.join(exp.FORMATS)})")
-    run = load_run(run_path)
-    path = (exp.export_pytest_benchmark(run, out) if fmt == "pytest-benchmark"
-            else exp.export_github_action_benchmark(run, out, fmt))
-    print(f"wrote {path}")
+    data = exp.format_data(load_run(run_path), fmt)
+    if out == "-":
+        print(exp.dumps(data))
+    else:
+        print(f"wrote {exp.write(data, out)}")
     return 0

@@ -162,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--format", default="pytest-benchmark",
                    help="pytest-benchmark (default), customBiggerIsBetter or customSmallerIsBetter "
                         "(github-action-benchmark: the points of that direction)")
-    e.add_argument("-o", "--out", type=out_file, required=True)
+    e.add_argument("-o", "--out", type=out_file, required=True, help="the file to write; - for standard output")
     e.set_defaults(func=lambda a: commands.export(a.run, a.out, a.format))
 
     from cxlbench.cli import advise as advise_cli
