@@ -13,7 +13,7 @@ figure the case's inputs do not contain (the with-DPU bar from the without-DPU o
 The one exception, marked `composition` and counted apart, is the tutorial's step
 composed from the phases its own log gives: it checks the composition, not a rate.
 An input a paper lacks is assumed by one rule for every case, named in the input's
-`where` ("the GPT-2 rule", "the NVMe rule", "the one V100 rule"). Sources that state too
+`where` ("the GPT-2 rule", "the direction rule", "the one V100 rule"). Sources that state too
 little to predict anything without fitting are kept as context, with the reason.
 """
 from __future__ import annotations
