@@ -204,11 +204,29 @@ def test_calibrate_sees_run_to_run_noise_that_repetitions_hide(tmp_path):
     assert before > 0.25 and after <= 0.05
 
 
-def _latency_run(rng, center, held, label):
+def _latency_run(rng, center, held, label, contiguity=None):
     values = {"latency_ns": syn.noisy(rng, center, 0.01, 5)}
     res = syn.case_result("latency", "ddr0", {"working_set_bytes": 2**30, "page": "4k"}, values,
-                          sample_params=lambda rep, i: {"cpu_held": held[rep]})
+                          sample_params=lambda rep, i: {"cpu_held": held[rep],
+                                                        "phys_contiguity": (contiguity or [None] * 5)[rep]})
     return syn.make_run([res], label=label)
+
+
+def test_a_change_between_runs_whose_buffers_differ_in_contiguity_says_so_and_stands():
+    rng = np.random.default_rng(8)
+    quiet = [1.0] * 5
+    base = _latency_run(rng, 100.0, quiet, "A", [0.95, 0.93, 0.94, 0.96, 0.94])
+    alike = _latency_run(rng, 120.0, quiet, "B", [0.9, 0.92, 0.91, 0.93, 0.9])
+    scattered = _latency_run(rng, 120.0, quiet, "C", [0.77, 0.8, 0.75, 0.78, 0.2])
+    unknown = _latency_run(rng, 120.0, quiet, "D")
+    row = compare([base, scattered]).rows.iloc[0]
+    assert row["verdict"] == "slower"                      # the verdict stands: a note, not a discount
+    assert "contiguity (0.94 → 0.77" in row["note"]         # medians: one scattered repetition does not set it
+    assert "contiguity" in format_comparison(compare([base, scattered]))
+    assert compare([base, alike]).rows.iloc[0]["note"] == ""
+    assert compare([base, unknown]).rows.iloc[0]["note"] == ""   # hidden frames: nothing to say
+    assert compare([base, _latency_run(rng, 100.0, quiet, "E", [0.5] * 5)]).rows.iloc[0]["verdict"] == "same"
+    assert compare([base, _latency_run(rng, 100.0, quiet, "E", [0.5] * 5)]).rows.iloc[0]["note"] == ""
 
 
 def test_interference_in_either_run_withholds_a_verdict():

@@ -347,3 +347,18 @@ def test_a_pass_that_could_not_see_the_threshold_says_undecided_not_no_regressio
     quiet = gate(calm, calm)                    # every case decided: an ordinary pass
     quiet.exit_undecided = True
     assert not quiet.undecided and quiet.exit_code == 0 and quiet.markdown().startswith("## ✅")
+
+
+def test_a_confirmed_regression_keeps_the_note_that_qualifies_it():
+    rng = np.random.default_rng(13)
+
+    def run(center, contiguity, label):
+        res = syn.case_result("latency", "ddr0", {"working_set_bytes": 2**30, "page": "4k"},
+                              {"latency_ns": syn.noisy(rng, center, 0.01, 5)},
+                              sample_params=lambda rep, i: {"phys_contiguity": contiguity})
+        return syn.make_run([res], label=label)
+
+    result = gate(run(100.0, 0.94, "base"), run(130.0, 0.5, "cur"), confirm=lambda ids: run(130.0, 0.5, "again"))
+    assert result.exit_code == 1
+    line = next(x for x in result.markdown().splitlines() if "confirmed on re-run" in x)
+    assert "confirmed on re-run; the runs' buffers differ in physical contiguity (0.94 → 0.50" in line

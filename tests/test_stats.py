@@ -219,6 +219,18 @@ def test_interference_turns_only_faster_and_slower_into_inconclusive():
     assert discount_interference(change("slower"), float("nan"), 1.0).verdict == "slower"
 
 
+def test_contiguity_notes_only_a_faster_or_slower_verdict_and_keeps_the_notes_before_it():
+    from cxlbench.analysis.stats import Change, note_contiguity
+    def change(verdict, note=""):
+        return Change(1.2, 1.1, 1.3, verdict, 0.05, 0.05, "lower", 5, 5, note=note)
+    assert note_contiguity(change("slower"), 0.94, 0.77).verdict == "slower"
+    assert "0.94 → 0.77" in note_contiguity(change("faster"), 0.94, 0.77).note
+    assert note_contiguity(change("slower"), 0.94, 0.86).note == ""           # less than CONTIGUITY_APART
+    assert note_contiguity(change("same"), 0.94, 0.2).note == ""
+    assert note_contiguity(change("slower"), None, 0.2).note == ""
+    assert note_contiguity(change("slower", "unstable"), 0.2, 0.9).note.startswith("unstable; the runs'")
+
+
 def test_a_run_whose_repetitions_flip_between_states_cannot_call_a_change():
     from cxlbench.analysis.stats import Change, discount_instability, spread
     def change(verdict, threshold=0.05):

@@ -19,7 +19,7 @@ import pandas as pd
 
 from cxlbench.analysis import drift, machine as machine_mod
 from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discount_instability,
-                                     discount_interference, judge, ratio_ci,
+                                     discount_interference, judge, note_contiguity, ratio_ci,
                                      repetitions_needed)
 from cxlbench.analysis.reduction import axis_columns, point_id, points, repetitions
 from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, load_thresholds
@@ -177,12 +177,12 @@ def _split_values(run: int, ids: list[str], metrics, vals) -> dict[tuple, Any]:
     return out
 
 
-def _least_held(run: int, ids: list[str], reps: pd.DataFrame) -> dict[tuple, float]:
-    """{(run, point): the smallest CPU-held fraction of its repetitions}, where recorded."""
-    if "cpu_held" not in reps.columns or len(ids) == 0:
+def _per_point(run: int, ids: list[str], reps: pd.DataFrame, column: str, how: str) -> dict[tuple, float]:
+    """{(run, point): `how` ("min", "median") of `column` over its repetitions}, where recorded."""
+    if column not in reps.columns or len(ids) == 0:
         return {}
-    held = pd.Series(reps["cpu_held"].to_numpy(float), index=pd.Index(ids)).dropna()
-    return {(run, point): float(v) for point, v in held.groupby(level=0).min().items()}
+    found = pd.Series(pd.to_numeric(reps[column], errors="coerce").to_numpy(float), index=pd.Index(ids)).dropna()
+    return {(run, point): float(v) for point, v in found.groupby(level=0).agg(how).items()}
 
 
 @dataclass
@@ -275,7 +275,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
         probes = drift.probes_asked(normalize) if normalize else None
     except ValueError as e:
         raise ResultsError(str(e)) from None
-    all_pts, values, held, refs, used = [], {}, {}, None, (0, 0)
+    all_pts, values, held, contiguity, refs, used = [], {}, {}, {}, None, (0, 0)
     for i, run in enumerate(loaded):
         samples = drift.cases_only(run.samples, run.meta)
         if normalize:
@@ -293,7 +293,8 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
         ids = ([point_id(c, a) for c, a in zip(reps["case_id"], reps[axes].to_dict("records"))]
                if axes else list(reps["case_id"]))
         values.update(_split_values(i, ids, reps["metric"].to_numpy(), reps["value"].to_numpy(float)))
-        held.update(_least_held(i, ids, reps))
+        held.update(_per_point(i, ids, reps, "cpu_held", "min"))
+        contiguity.update(_per_point(i, ids, reps, "phys_contiguity", "median"))
     pts = pd.concat(all_pts, ignore_index=True) if all_pts else pd.DataFrame()
     pts.attrs["axes"] = sorted({a for p in all_pts for a in p.attrs.get("axes", [])})
 
@@ -326,6 +327,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
             rat = ratio_ci(bv, cv, confidence, th.noise_for(bench))
             ch = discount_instability(judge(rat, better, thr), bv, cv)
             ch = discount_interference(ch, held.get((0, r["point_b"]), 1.0), held.get((i, r["point_c"]), 1.0))
+            ch = note_contiguity(ch, contiguity.get((0, r["point_b"])), contiguity.get((i, r["point_c"])))
             note = ch.note
             if str(r["better_c"]) != better:
                 ch, note = judge(ratio_ci([], []), better, thr), "the runs disagree on the direction"

@@ -199,7 +199,8 @@ class GateResult:
                 if verdict == INCONCLUSIVE:
                     note = fmt_pct(r["mde"]) + (f" ({note})" if note else "")
                 if confirmed is not None and verdict == SLOWER:
-                    note = "confirmed on re-run" if r["key"] in confirmed else "not confirmed on re-run"
+                    seen = "confirmed on re-run" if r["key"] in confirmed else "not confirmed on re-run"
+                    note = f"{seen}; {note}" if note else seen
                 out.append(f"| {_md(r['benchmark'])} | {_md(r['label'])} | {_md(r['metric'])} "
                            f"| {fmt_num(r['base_median'])} {_md(r['unit'])} | {fmt_num(r['median'])} {_md(r['unit'])} "
                            f"| {fmt_change(r['ratio'])} | {fmt_ci_change(r['lo'], r['hi'])} "

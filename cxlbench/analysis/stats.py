@@ -291,6 +291,25 @@ def discount_interference(change: Change, held_base: float, held_cur: float,
     return replace(change, verdict=INCONCLUSIVE, note=note)
 
 
+#: Buffers whose shares of pages on consecutive physical frames differ by this much
+#: read differently on a VM: docs/validation.md run L, 0.77 against 0.94, 8% apart on
+#: a one-thread read. On bare metal the effect is not measured.
+CONTIGUITY_APART = 0.10
+
+
+def note_contiguity(change: Change, base: float | None, cur: float | None,
+                    apart: float = CONTIGUITY_APART) -> Change:
+    """A faster/slower verdict whose runs' buffers differ in physical contiguity says
+    so: the change may be where the kernel put the pages, not the memory path. The
+    verdict stands (the effect is measured only on a VM), the note tells the reader
+    to re-run before believing it. Contiguity unknown (frames hidden): no note."""
+    if change.verdict not in (FASTER, SLOWER) or base is None or cur is None or abs(cur - base) < apart:
+        return change
+    note = (f"the runs' buffers differ in physical contiguity ({base:.2f} → {cur:.2f} of pages on "
+            f"consecutive frames); on a VM that alone moved a read up to a fifth (docs/validation.md run L)")
+    return replace(change, note="; ".join(n for n in (change.note, note) if n))
+
+
 #: A run whose repetitions spread (90th / 10th percentile) wider than 1 + this
 #: many thresholds, and at least UNSTABLE_MIN, is unstable: the machine's state
 #: changed within the run. The floor keeps a tight threshold (1%) from calling
