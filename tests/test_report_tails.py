@@ -1,5 +1,8 @@
 """The report's latency distributions: a CDF per tier and page size from the run's
-histograms, and p99 beside p50 in the tier summary."""
+histograms, p99 beside p50 in the tier summary, and whether each tail stands above
+the machine's floor."""
+import re
+
 import numpy as np
 import pytest
 
@@ -83,3 +86,38 @@ def test_the_cdfs_time_axis_is_labelled_in_decades_of_ns():
         Chart("cdf", "ns per load", "share slower", [Series("ddr0", xs, ys)], logx=True, logy=True, **kw), "t"))
     assert ticks(logx_base=10)[:3] == ["100", "1,000", "10,000"]
     assert not any("e4" in t for t in ticks(logx_base=10))     # base 2 labelled 32 µs "3.2768e4"
+
+
+def _tail_against_floor_run(tmp_path, p99, floor_p99, p99_9, floor_p99_9):
+    rng = np.random.default_rng(4)
+    params = {"working_set_bytes": 1 << 30, "page": "4k", "pattern": "random", "chains": 1, "line_bytes": 64}
+    r = case_result("latency", "ddr0", params, {
+        "latency_ns": noisy(rng, 140.0, 0.01, 5), "p50_ns": noisy(rng, 130.0, 0.01, 5),
+        "p99_ns": noisy(rng, p99, 0.01, 5), "floor_p99_ns": noisy(rng, floor_p99, 0.01, 5),
+        "p99_9_ns": noisy(rng, p99_9, 0.01, 5), "floor_p99_9_ns": noisy(rng, floor_p99_9, 0.01, 5)})
+    m, tiers = machine(cxl=False)
+    return load_run(write_run(tmp_path / "results", [r], m=m, tiers=tiers, suite="tails"))
+
+
+def test_a_tail_says_whether_it_stands_above_the_machines_floor(tmp_path):
+    from cxlbench.analysis.headlines import figures
+    run = _tail_against_floor_run(tmp_path, p99=260.0, floor_p99=180.0, p99_9=900.0, floor_p99_9=1500.0)
+    by = {f.metric: f for f in figures(run.samples, run.meta)}
+    assert "the memory's own tail" in by["p99_ns"].verdict and "5 of 5" in by["p99_ns"].verdict
+    assert re.search(r"\+(7[6-9]|8[0-4]) ns over", by["p99_ns"].verdict)        # 260 − 180, each ±1%
+    assert "the machine's tail, not the memory's" in by["p99_9_ns"].verdict
+    assert by["p50_ns"].verdict == "" and by["floor_p99_9_ns"].verdict == ""   # no floor of their own
+    assert by["p99_ns"].verdict in by["p99_ns"].text()                            # the terminal line
+    summary = render_run_html(run)
+    summary = summary[summary.index('id="summary"'):summary.index('id="family-latency"')]
+    assert "the memory&#39;s own tail" in summary and "the machine&#39;s tail" in summary
+
+
+def test_a_tail_above_its_floor_in_too_few_repetitions_is_not_told_apart():
+    from cxlbench.analysis.headlines import against_floor
+    floor = pd.Series([100.0] * 5)
+    mixed = against_floor(pd.Series([130.0, 140.0, 120.0, 90.0, 135.0]), floor, "ns")
+    assert mixed.startswith("over its L1 floor in 4 of 5") and "not told apart" in mixed
+    assert "the memory's own" in against_floor(pd.Series([101.0, 102, 103, 104, 105]), floor, "ns")
+    assert "the machine's tail" in against_floor(pd.Series([100.0] * 5), floor, "ns")   # equal: within it
+    assert against_floor(pd.Series([130.0] * 3), pd.Series([100.0] * 3, index=[5, 6, 7]), "ns") == ""

@@ -219,6 +219,13 @@ def test_interference_turns_only_faster_and_slower_into_inconclusive():
     assert discount_interference(change("slower"), float("nan"), 1.0).verdict == "slower"
 
 
+def test_the_sign_test_needs_five_of_five_at_five_and_nine_of_ten_at_ten():
+    from cxlbench.analysis.stats import sign_test_p
+    assert sign_test_p(5, 5) == 1 / 32 and sign_test_p(4, 5) == 6 / 32
+    assert sign_test_p(9, 10) < 0.05 < sign_test_p(8, 10)
+    assert sign_test_p(0, 7) == 1.0 and sign_test_p(0, 0) == 1.0
+
+
 def test_contiguity_notes_only_a_faster_or_slower_verdict_and_keeps_the_notes_before_it():
     from cxlbench.analysis.stats import Change, note_contiguity
     def change(verdict, note=""):

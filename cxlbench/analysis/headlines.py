@@ -17,6 +17,7 @@ import pandas as pd
 
 from cxlbench.analysis.held import Held, by_point
 from cxlbench.analysis.reduction import points, repetitions
+from cxlbench.analysis.stats import sign_test_p
 from cxlbench.units import format_count, format_param, tier_order
 
 
@@ -40,16 +41,18 @@ class Figure:
     point: str = ""            # the point and metric it was picked from
     metric: str = ""
     held: Held = field(default_factory=Held)   # how its repetitions held their CPUs (analysis.held)
+    verdict: str = ""          # where it stands against its floor, if it has one (against_floor)
 
     def text(self) -> str:
         """"123.4 ns [120.1-130.2]" (median [min-max]), and when a repetition's CPU was
         shared, "  ! CPU shared: held 49% (5 of 5 repetitions < 90%)"."""
         shared = f"  ! {self.held.mark()}" if self.held.shared else ""
+        verdict = f"  {self.verdict}" if self.verdict else ""
         if self.count:
-            return f"{format_count(self.median, ' ')} {self.unit}".rstrip() + self.note + shared
+            return f"{format_count(self.median, ' ')} {self.unit}".rstrip() + self.note + verdict + shared
         f = f"{{:.{self.digits}f}}"
         return (f"{f.format(self.median)} {self.unit} [{f.format(self.low)}-{f.format(self.high)}]"
-                + self.note + shared)
+                + self.note + verdict + shared)
 
 
 def figures(samples: pd.DataFrame, meta: dict[str, Any], pts: pd.DataFrame | None = None) -> list[Figure]:
@@ -121,9 +124,43 @@ def _figure(row: pd.Series, samples: pd.DataFrame, family: str, h: dict) -> Figu
             median, low, high = float(np.median(values)), float(values.min()), float(values.max())
     note = _trend(samples, row["case_id"], h["trend"]) if h.get("trend") else ""
     label = re.sub(r"\b1 threads\b", "1 thread", h["label"].format_map(_Params(row)))
+    verdict = against_floor(_per_repetition(samples, row["case_id"], row["metric"]) * scale,
+                            _per_repetition(samples, row["case_id"], h["floor"]) * scale,
+                            h.get("unit") or str(row["unit"])) if h.get("floor") else ""
     return Figure(row["target"], family, label, h.get("column") or h["label"],
                   median, lo, hi, low, high, h.get("unit") or str(row["unit"]), h.get("digits", 2),
-                  bool(h.get("count")), row["case_id"], note, str(row.get("point", "")), str(row["metric"]))
+                  bool(h.get("count")), row["case_id"], note, str(row.get("point", "")), str(row["metric"]),
+                  verdict=verdict)
+
+
+#: A tail above its floor in this few of its paired repetitions, or more, is called
+#: the memory's own (one-sided sign test; five of five at five repetitions).
+ABOVE_FLOOR_P = 0.05
+
+
+def against_floor(tail: pd.Series, floor: pd.Series, unit: str) -> str:
+    """Where a tail stands against its floor, repetition by repetition (each
+    repetition measured both, on the same CPU in the same seconds): within it, the
+    tail is the machine's (clock, interrupts, hypervisor); above it in enough
+    repetitions to pass a sign test, the memory's own; else not told apart."""
+    both = tail.index.intersection(floor.index)
+    if len(both) == 0:
+        return ""
+    excess = (tail[both] - floor[both]).to_numpy(float)
+    n, above, by = len(excess), int((excess > 0).sum()), float(np.median(excess))
+    if by <= 0:
+        return f"within its L1 floor ({above} of {n} repetitions above it): the machine's tail, not the memory's"
+    if sign_test_p(above, n) < ABOVE_FLOOR_P:
+        return f"{by:+.0f} {unit} over its L1 floor ({above} of {n} repetitions above it): the memory's own tail"
+    return f"over its L1 floor in {above} of {n} repetitions ({by:+.0f} {unit}): not told apart from the machine's"
+
+
+def _per_repetition(samples: pd.DataFrame, case_id: str, metric: str) -> pd.Series:
+    """A metric of one case, one value a repetition (its samples' median)."""
+    sel = samples[(samples["case_id"] == case_id) & (samples["metric"] == metric)]
+    if sel.empty or "repetition" not in sel.columns:
+        return pd.Series(dtype=float)
+    return sel.groupby("repetition")["value"].median().astype(float)
 
 
 def _values(samples: pd.DataFrame, row: pd.Series) -> np.ndarray:

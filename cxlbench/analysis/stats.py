@@ -117,6 +117,14 @@ def median_interpolation(n: int, confidence: float = 0.95) -> tuple[int, float, 
     return d, lam, confidence
 
 
+def sign_test_p(above: int, n: int) -> float:
+    """One-sided sign test: P(at least `above` of `n` paired differences are
+    positive) when each is as likely either way. Five of five: 1/32."""
+    if n < 1:
+        return 1.0
+    return sum(math.comb(n, j) for j in range(max(above, 0), n + 1)) / 2 ** n
+
+
 def median_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
     """(lo, hi, coverage) of the median, from interpolated order statistics."""
     x = np.sort(clean(values))

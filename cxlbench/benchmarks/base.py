@@ -54,7 +54,9 @@ class Headline:
     sizes as 1GiB); `column` names its column in the report's tier table. The
     spread shown beside the median is over repetitions, or over the case's samples
     with spread = "samples" (the steady steps of one training run); `trend` names a
-    metric shown from the case's first sample to its last (the loss)."""
+    metric shown from the case's first sample to its last (the loss); `floor` names
+    the case's metric for the machine's own share of this one (a tail's L1 floor,
+    measured in the same repetitions): the figure says whether it stands above it."""
     label: str
     metric: str
     column: str = ""
@@ -67,6 +69,7 @@ class Headline:
     count: bool = False               # shown as 16.8M
     spread: str = "repetitions"
     trend: str = ""
+    floor: str = ""
 
 
 @dataclass(frozen=True)

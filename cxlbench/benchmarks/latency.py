@@ -46,7 +46,7 @@ SHOW = Show(
                # the distribution of the same loop, and the machine's floor beside its tail
                *(Headline(f"{name}, {{working_set_bytes}} working set, {{page}} pages", metric, column=name,
                           where={"pattern": "random", "chains": 1}, per=("page",),
-                          pick="largest:working_set_bytes", digits=1)
+                          pick="largest:working_set_bytes", digits=1, floor=tails.FLOOR_OF.get(metric, ""))
                  for name, metric in (("p50", "p50_ns"), ("p99", "p99_ns"), ("p99.9", "p99_9_ns"),
                                       ("floor p99.9", "floor_p99_9_ns")))))
 

@@ -235,8 +235,9 @@ def _figure_cell(f: Figure | None) -> dict[str, Any] | None:
     if f is None:
         return None
     if f.count:
-        return {"value": format_count(f.median), "ci": "", "note": f.label, "shared": f.held.mark()}
-    return {**cell(f.median, f.lo, f.hi, f.label), "shared": f.held.mark()}
+        return {"value": format_count(f.median), "ci": "", "note": f.label, "shared": f.held.mark(),
+                "verdict": f.verdict}
+    return {**cell(f.median, f.lo, f.hi, f.label), "shared": f.held.mark(), "verdict": f.verdict}
 
 
 def _col(frame: pd.DataFrame, name: str) -> pd.Series:
