@@ -140,19 +140,22 @@ ABOVE_FLOOR_P = 0.05
 
 def against_floor(tail: pd.Series, floor: pd.Series, unit: str) -> str:
     """Where a tail stands against its floor, repetition by repetition (each
-    repetition measured both, on the same CPU in the same seconds): within it, the
-    tail is the machine's (clock, interrupts, hypervisor); above it in enough
-    repetitions to pass a sign test, the memory's own; else not told apart."""
+    repetition measured both, on the same CPU in the same seconds): above it in
+    enough repetitions to pass a sign test, the memory's own; at or below it in
+    most, no more than the machine's (clock, interrupts, hypervisor); else not told
+    apart. Paired, so it can differ from the two figures' medians side by side."""
     both = tail.index.intersection(floor.index)
     if len(both) == 0:
         return ""
     excess = (tail[both] - floor[both]).to_numpy(float)
     n, above, by = len(excess), int((excess > 0).sum()), float(np.median(excess))
-    if by <= 0:
-        return f"within its L1 floor ({above} of {n} repetitions above it): the machine's tail, not the memory's"
-    if sign_test_p(above, n) < ABOVE_FLOOR_P:
-        return f"{by:+.0f} {unit} over its L1 floor ({above} of {n} repetitions above it): the memory's own tail"
-    return f"over its L1 floor in {above} of {n} repetitions ({by:+.0f} {unit}): not told apart from the machine's"
+    if by > 0 and sign_test_p(above, n) < ABOVE_FLOOR_P:
+        verdict = "the memory's own tail"
+    elif by <= 0:
+        verdict = "no more than the machine's own (clock, interrupts, hypervisor)"
+    else:
+        verdict = "not told apart from the machine's"
+    return f"{above} of {n} repetitions above its L1 floor (median {by:+.0f} {unit}): {verdict}"
 
 
 def _per_repetition(samples: pd.DataFrame, case_id: str, metric: str) -> pd.Series:

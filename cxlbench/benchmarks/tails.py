@@ -18,7 +18,8 @@ in the same repetition, with k chosen so its blocks last as long as the tier's.
 Its spread is what the clock, interrupts and the hypervisor add to a block of
 that duration; shifted onto the tier's median (`floor_p99_ns` ... = the tier's
 p50 + the floor's pX - the floor's p50), it is the tail the tier would show if
-its memory added none. A tier's tail within its floor is the machine's.
+its memory added none. A tier's tail at or below its floor is the machine's
+(analysis.headlines.against_floor compares them repetition by repetition).
 """
 from __future__ import annotations
 
