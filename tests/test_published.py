@@ -97,9 +97,8 @@ def test_an_assumption_takes_one_value_in_every_case_that_makes_it():
     by_rule = defaultdict(set)
     for case in cases:
         for i in case.inputs.values():
-            rule = re.search(r"\bthe ([\w-]+(?: [\w-]+)?) rule\b", i.where)
-            if rule:
-                by_rule[(rule.group(1), i.name)].add(i.value)
+            for rule in re.findall(r"\bthe ([\w-]+(?: [\w-]+)?) rule\b", i.where):   # every rule it names
+                by_rule[(rule, i.name)].add(i.value)
     assert by_rule
     for key, values in by_rule.items():
         assert len(values) == 1, (key, values)

@@ -199,8 +199,7 @@ class GateResult:
                 if verdict == INCONCLUSIVE:
                     note = fmt_pct(r["mde"]) + (f" ({note})" if note else "")
                 if confirmed is not None and verdict == SLOWER:
-                    seen = "confirmed on re-run" if r["key"] in confirmed else "not confirmed on re-run"
-                    note = f"{seen}; {note}" if note else seen
+                    note = self._confirmed_note(r["key"], r["key"] in confirmed, note)
                 out.append(f"| {_md(r['benchmark'])} | {_md(r['label'])} | {_md(r['metric'])} "
                            f"| {fmt_num(r['base_median'])} {_md(r['unit'])} | {fmt_num(r['median'])} {_md(r['unit'])} "
                            f"| {fmt_change(r['ratio'])} | {fmt_ci_change(r['lo'], r['hi'])} "
@@ -219,6 +218,14 @@ class GateResult:
                            f"(largest MDE {fmt_pct(same['mde'].max())}).")
         return "\n".join(out).rstrip() + "\n"
 
+    def _confirmed_note(self, key: str, confirmed: bool, first_note: str) -> str:
+        """A re-run regression's note: confirmed, with the re-run's own notes (its
+        buffers, not the first run's); or not confirmed, with the first run's."""
+        if confirmed:
+            again = (self.confirm.get("notes") or {}).get(key, "")
+            return "; ".join(n for n in ("confirmed on re-run", again) if n)
+        return "; ".join(n for n in ("not confirmed on re-run", first_note) if n)
+
     def junit_xml(self) -> str:
         """JUnit XML: one testcase per compared case; slower → failure,
         missing → error, inconclusive → skipped (with its MDE)."""
@@ -236,7 +243,7 @@ class GateResult:
                                name=f"{r['label']} [{r['metric']}]")
             detail = (f"baseline {fmt_num(r['base_median'])} {r['unit']}, current {fmt_num(r['median'])} "
                       f"{r['unit']}, change {fmt_change(r['ratio'])} {fmt_ci_change(r['lo'], r['hi'])}, "
-                      f"threshold {fmt_pct(r['threshold'])}")
+                      f"threshold {fmt_pct(r['threshold'])}" + (f"; {r['note']}" if r["note"] else ""))
             if r["verdict"] == SLOWER and (confirmed is None or r["key"] in confirmed):
                 failures += 1
                 ET.SubElement(tc, "failure", message=f"slower: {fmt_change(r['ratio'])}").text = detail
@@ -382,5 +389,6 @@ def _confirm(base: Run, flagged: pd.DataFrame, rerun: Rerun, th: Thresholds,
     slower_again = set(second.loc[second["verdict"] == SLOWER, "key"])
     info.update(ran=True, rerun_path=str(again.path),
                 confirmed=[k for k in flagged["key"] if k in slower_again],
-                cleared=[k for k in flagged["key"] if k not in slower_again])
+                cleared=[k for k in flagged["key"] if k not in slower_again],
+                notes={k: n for k, n in zip(second["key"], second["note"]) if k in slower_again and n})
     return info

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis.held import Held, by_point
-from cxlbench.analysis.reduction import points, repetitions
+from cxlbench.analysis.reduction import point_id, points, repetitions
 from cxlbench.analysis.stats import sign_test_p
 from cxlbench.units import format_count, format_param, tier_order
 
@@ -64,15 +64,16 @@ def figures(samples: pd.DataFrame, meta: dict[str, Any], pts: pd.DataFrame | Non
         return []
     reps = repetitions(samples)
     pts = points(reps) if pts is None else pts
-    held = by_point(reps)
+    held, per_rep = by_point(reps), _by_repetition(reps)
     out = [replace(f, held=held.get((f.point, f.metric), Held()))
            for name, fam in families.items() for h in fam.get("headlines") or []
-           for f in _headline(pts, samples, name, h)]
+           for f in _headline(pts, samples, name, h, per_rep)]
     rank = {t: i for i, t in enumerate(sorted({f.tier for f in out}, key=tier_order))}
     return sorted(out, key=lambda f: rank[f.tier])          # stable: declaration order kept
 
 
-def _headline(pts: pd.DataFrame, samples: pd.DataFrame, family: str, h: dict) -> list[Figure]:
+def _headline(pts: pd.DataFrame, samples: pd.DataFrame, family: str, h: dict,
+              per_rep: dict[tuple[str, str], pd.Series]) -> list[Figure]:
     rows = pts[(pts["benchmark"] == family) & (pts["metric"] == h["metric"])]
     rows = rows[_matches(rows, h.get("where") or {})]
     out = []
@@ -80,7 +81,7 @@ def _headline(pts: pd.DataFrame, samples: pd.DataFrame, family: str, h: dict) ->
         per = [c for c in h.get("per") or () if c in tier_rows.columns]
         groups = tier_rows.groupby(per, sort=False, dropna=False) if per else [((), tier_rows)]
         for _, group in groups:
-            out += [_figure(row, samples, family, h) for _, row in _pick(group, h.get("pick", "best"))]
+            out += [_figure(row, samples, family, h, per_rep) for _, row in _pick(group, h.get("pick", "best"))]
     return out
 
 
@@ -115,7 +116,8 @@ def _pick(group: pd.DataFrame, pick: str) -> list[tuple[Any, pd.Series]]:
     return [(best, group.loc[best])]
 
 
-def _figure(row: pd.Series, samples: pd.DataFrame, family: str, h: dict) -> Figure:
+def _figure(row: pd.Series, samples: pd.DataFrame, family: str, h: dict,
+            per_rep: dict[tuple[str, str], pd.Series]) -> Figure:
     scale = h.get("scale", 1.0)
     median, lo, hi, low, high = (row[k] * scale for k in ("median", "lo", "hi", "min", "max"))
     if h.get("spread") == "samples":          # inner iterations, e.g. the steady steps of one run
@@ -124,8 +126,10 @@ def _figure(row: pd.Series, samples: pd.DataFrame, family: str, h: dict) -> Figu
             median, low, high = float(np.median(values)), float(values.min()), float(values.max())
     note = _trend(samples, row["case_id"], h["trend"]) if h.get("trend") else ""
     label = re.sub(r"\b1 threads\b", "1 thread", h["label"].format_map(_Params(row)))
-    verdict = against_floor(_per_repetition(samples, row["case_id"], row["metric"]) * scale,
-                            _per_repetition(samples, row["case_id"], h["floor"]) * scale,
+    empty = pd.Series(dtype=float)
+    point = str(row.get("point", ""))
+    verdict = against_floor(per_rep.get((point, row["metric"]), empty) * scale,
+                            per_rep.get((point, h["floor"]), empty) * scale,
                             h.get("unit") or str(row["unit"])) if h.get("floor") else ""
     return Figure(row["target"], family, label, h.get("column") or h["label"],
                   median, lo, hi, low, high, h.get("unit") or str(row["unit"]), h.get("digits", 2),
@@ -133,37 +137,48 @@ def _figure(row: pd.Series, samples: pd.DataFrame, family: str, h: dict) -> Figu
                   verdict=verdict)
 
 
-#: A tail above its floor in this few of its paired repetitions, or more, is called
-#: the memory's own (one-sided sign test; five of five at five repetitions).
-ABOVE_FLOOR_P = 0.05
+#: The sign test's level for calling a tail above (or at) its floor: at five
+#: repetitions only five of five passes (1/32), at four or fewer nothing does.
+FLOOR_TEST_P = 0.05
 
 
 def against_floor(tail: pd.Series, floor: pd.Series, unit: str) -> str:
     """Where a tail stands against its floor, repetition by repetition (each
-    repetition measured both, on the same CPU in the same seconds): above it in
-    enough repetitions to pass a sign test, the memory's own; at or below it in
-    most, no more than the machine's (clock, interrupts, hypervisor); else not told
-    apart. Paired, so it can differ from the two figures' medians side by side."""
-    both = tail.index.intersection(floor.index)
-    if len(both) == 0:
+    repetition measured both, on the same CPU in the same seconds). Above it in
+    enough repetitions to pass a one-sided sign test: the memory adds to the
+    machine's tail, by the median excess (not that the whole tail is the memory's).
+    Under it in enough: the machine's tail (clock, interrupts, hypervisor). Else
+    not told apart. Ties and repetitions missing either figure are left out.
+    Paired, so it can differ from the two figures' medians side by side."""
+    both = pd.concat([tail.rename("t"), floor.rename("f")], axis=1, join="inner")
+    excess = (both["t"] - both["f"]).to_numpy(float)
+    excess = excess[np.isfinite(excess) & (excess != 0)]
+    n = len(excess)
+    if n == 0:
         return ""
-    excess = (tail[both] - floor[both]).to_numpy(float)
-    n, above, by = len(excess), int((excess > 0).sum()), float(np.median(excess))
-    if by > 0 and sign_test_p(above, n) < ABOVE_FLOOR_P:
-        verdict = "the memory's own tail"
-    elif by <= 0:
-        verdict = "no more than the machine's own (clock, interrupts, hypervisor)"
-    else:
-        verdict = "not told apart from the machine's"
-    return f"{above} of {n} repetitions above its L1 floor (median {by:+.0f} {unit}): {verdict}"
+    above, by = int((excess > 0).sum()), float(np.median(excess))
+    counted = f"{above} of {n} repetitions above its L1 floor (median {by:+.0f} {unit})"
+    if sign_test_p(n, n) >= FLOOR_TEST_P:
+        return f"{counted}: too few repetitions to tell it from the machine's (a sign test needs 5)"
+    if sign_test_p(above, n) < FLOOR_TEST_P:
+        return f"{counted}: the memory adds to the machine's tail"
+    if sign_test_p(n - above, n) < FLOOR_TEST_P:
+        return f"{counted}: the machine's tail (clock, interrupts, hypervisor), not the memory's"
+    return f"{counted}: not told apart from the machine's"
 
 
-def _per_repetition(samples: pd.DataFrame, case_id: str, metric: str) -> pd.Series:
-    """A metric of one case, one value a repetition (its samples' median)."""
-    sel = samples[(samples["case_id"] == case_id) & (samples["metric"] == metric)]
-    if sel.empty or "repetition" not in sel.columns:
-        return pd.Series(dtype=float)
-    return sel.groupby("repetition")["value"].median().astype(float)
+def _by_repetition(reps: pd.DataFrame) -> dict[tuple[str, str], pd.Series]:
+    """{(point, metric): its values indexed by repetition}, the pairs a floor needs."""
+    if reps.empty or "repetition" not in reps.columns:
+        return {}
+    axes = list(reps.attrs.get("axes", []))
+    ids = ([point_id(c, a) for c, a in zip(reps["case_id"], reps[axes].to_dict("records"))]
+           if axes else reps["case_id"].tolist())
+    frame = pd.DataFrame({"point": ids, "metric": reps["metric"].to_numpy(),
+                          "repetition": reps["repetition"].to_numpy(),
+                          "value": pd.to_numeric(reps["value"], errors="coerce").to_numpy(float)})
+    return {(p, m): g.groupby("repetition")["value"].median()
+            for (p, m), g in frame.groupby(["point", "metric"], sort=False)}
 
 
 def _values(samples: pd.DataFrame, row: pd.Series) -> np.ndarray:
