@@ -155,8 +155,6 @@ def test_the_floor_puts_the_machines_spread_on_the_tiers_median():
     f = tails.floor_metrics(tier, floor)
     assert f["floor_p99_ns"] == pytest.approx(300.0)                          # no spread to p99
     assert f["floor_p99_99_ns"] == pytest.approx(300 + (4015.5 - 2407.5) / 8)  # one slow block
-    assert tails.within_floor(299.0, f["floor_p99_ns"])
-    assert not tails.within_floor(301.0, f["floor_p99_ns"])
 
 
 def test_samples_carry_every_tail_metric_and_the_floors():

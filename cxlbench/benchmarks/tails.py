@@ -187,8 +187,3 @@ def samples(rep: int, where: dict, dist: Distribution, floor: Distribution | Non
     if floor is not None:
         out += [Sample(name, value, rep, where) for name, value in floor_metrics(pct, floor).items()]
     return out
-
-
-def within_floor(tier_value: float, floor_value: float) -> bool:
-    """A tail no longer than the machine adds to a block of that duration."""
-    return tier_value <= floor_value
