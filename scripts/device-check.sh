@@ -9,30 +9,32 @@
 #      --no-deps -e .` without build isolation, else from the source tree
 #      (PYTHONPATH) with the C core compiled in place (setup.py, or the C
 #      compiler directly when this setuptools cannot read pyproject.toml)
-#   2. the GPU tests (tests/test_gpu_device.py): kernels compile, mapped host
-#      memory, the spin kernel, one small case of every family     (~1 min)
-#   3. the GPU suite (suites/gpu.toml) within a time budget, its run and HTML
-#      report into OUT                                             (~4-5 min)
-#   4. the training check (tiny and 1b configs, optimizer on DDR and HBM)
-#                                                                  (<= 90 s)
-#   4b. the delayed parameter update: the offload engine on the small config,
-#      optimizer on DDR, one short case without DPU and one with, each step
-#      beside the step model ("overlapped" / "dpu")   (<= 45 s, OUT/dpu.md)
+#   2. the training what-if, first because it is what cxlbench is for
+#      (suites/training-gpu.toml: 1b all on HBM, optimizer state on DDR with
+#      and without DPU, FSDP2's CPU offload; each step beside the step-time
+#      model), a run of its own                          (<= 280 s, OUT/training.txt)
+#   3. the GPU suite (suites/gpu.toml) in what time is left, its run and HTML
+#      report into OUT
+#   4. the GPU tests (tests/test_gpu_device.py): kernels compile, mapped host
+#      memory, the spin kernel, one small case of every family     (<= 60 s)
 #   5. the table last: ours vs torch on the same buffers, the published
 #      figures, the Hopper latencies, crossovers, write penalty    (OUT/table.md)
+#   SMOKE=1 stops after step 1 and a two-minute first look instead (the GPU tests,
+#      the tiny config on every engine): run it first on a leased machine.
+#   PACK=1 then packs OUT's runs into OUT/runs.tgz (a run is three folders down).
 #
-# Under 8 minutes on one H200: every step has a hard limit, and the suite's
-# budget is what is left of DEADLINE (470 s from the start) once the tests are
-# done and the training and DPU checks' slots are set aside. BUDGET=seconds shortens the
+# Under 9 minutes on one H200: every step has a hard limit, and the suite's
+# budget is what is left of DEADLINE (520 s from the start) once the training
+# run is done and the tests' slot is set aside. BUDGET=seconds shortens the
 # suite further (a rerun). Exit status: the suite's (0 ok, 1 a case failed,
 # 2 no GPU case ran).
 set -uo pipefail
 OUT=${1:?usage: scripts/device-check.sh OUT_DIR [NVME_DIR]}
 NVME=${2:-}
-BUDGET=${BUDGET:-270}
-DEADLINE=${DEADLINE:-470}
-TRAIN_S=90
-DPU_S=45
+BUDGET=${BUDGET:-330}
+DEADLINE=${DEADLINE:-520}
+TRAIN_S=${TRAIN_S:-280}
+TESTS_S=${TESTS_S:-60}                 # 0: the smoke ran them already
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)          # relative to where we were called
 if [ -n "$NVME" ]; then NVME=$(cd "$NVME" && pwd) || exit 2; fi
 cd "$(dirname "$0")/.."
@@ -108,15 +110,38 @@ env = build_env("/", [])
 print("tiers:", ", ".join(f"{t.name} ({t.kind})" for t in env.tiers.values()) or "none")
 print("GPUs:", "; ".join(f"gpu:{g.index} {g.name} node {g.numa_node}" for g in env.machine.gpus) or "none")
 EOF
+{ grep -m1 'model name' /proc/cpuinfo; echo "CPUs: $(nproc)"; ls /sys/devices/system/node 2>&1 | tr '\n' ' '; echo
+  grep -e MemTotal -e MemAvailable -e Hugepagesize /proc/meminfo; cat /sys/kernel/mm/transparent_hugepage/enabled
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,ecc.mode.current,clocks.sm,clocks.mem,power.limit --format=csv
+} 2>&1 | tee -a "$OUT/environment.txt"
 
-# --- 2. the GPU tests --------------------------------------------------------------
-say "GPU tests (tests/test_gpu_device.py)"
-timeout -k 5 120 "$PY" -m pytest -q -m gpu -p no:cacheprovider -o addopts="" tests/test_gpu_device.py \
-  > "$OUT/pytest-gpu.txt" 2>&1
-say "GPU tests: exit $? — $(tail -n 1 "$OUT/pytest-gpu.txt")"
+# --- SMOKE=1: a first look in about two minutes, then stop ------------------------------
+# Every path that only a GPU takes, small: the GPU tests and the tiny config on each
+# engine. On a leased machine, run it first, and the long check only once it is clean.
+if [ "${SMOKE:-0}" = 1 ]; then
+  say "smoke: GPU tests"
+  PER_TEST=$("$PY" -c 'import pytest_timeout' 2>/dev/null && echo --timeout=20)   # a hang costs one test
+  timeout -k 5 70 "$PY" -m pytest -v -m gpu -p no:cacheprovider -o addopts="" $PER_TEST \
+    tests/test_gpu_device.py > "$OUT/pytest-gpu.txt" 2>&1
+  say "smoke: GPU tests exit $?"; tail -n 15 "$OUT/pytest-gpu.txt"
+  say "smoke: tiny on the GPU, every engine"
+  timeout -k 5 60 "$PY" -m cxlbench.cli.training_check --configs tiny --compute gpu \
+    --engines none,offload,fsdp2_cpu_offload --optimizer-on ddr,hbm --steps 3 --warmup 2 2>&1 | tee "$OUT/smoke.md"
+  timeout -k 5 40 "$PY" -m cxlbench.cli.devicecheck --dpu --configs tiny --optimizer-on ddr \
+    --steps 3 2>&1 | tee -a "$OUT/smoke.md"
+  say "smoke: done"
+  exit 0
+fi
+
+# --- 2. the training what-if ---------------------------------------------------------
+say "training what-if (suites/training-gpu.toml, ${TRAIN_S}s)"
+timeout -k 5 "$TRAIN_S" "$PY" -m cxlbench.cli.main run --suite suites/training-gpu.toml \
+  --label device-check-training --out "$OUT/results" > "$OUT/training.txt" 2>&1
+say "training what-if: exit $? (OUT/training.txt)"
+tail -n 25 "$OUT/training.txt"
 
 # --- 3. the GPU suite ---------------------------------------------------------------
-SUITE_S=$(( $(left) - TRAIN_S - DPU_S - 60 ))   # 60: the last case past the budget, the report
+SUITE_S=$(( $(left) - TESTS_S - 60 ))   # 60: the last case past the budget, the report
 [ "$SUITE_S" -lt "$BUDGET" ] && BUDGET=$SUITE_S
 [ "$BUDGET" -lt 30 ] && BUDGET=30
 say "GPU suite (budget ${BUDGET}s)"
@@ -126,21 +151,14 @@ timeout -k 5 $(( BUDGET + 50 )) "$PY" -m cxlbench.cli.devicecheck "$OUT" --budge
 RC=$?
 say "GPU suite: exit $RC ($(grep -c '' "$OUT/suite.txt") lines in suite.txt)"
 
-# --- 4. the training check ------------------------------------------------------------
-T=$(( $(left) - DPU_S - 5 )); [ "$T" -gt "$TRAIN_S" ] && T=$TRAIN_S; [ "$T" -lt 20 ] && T=20
-say "training check (${T}s)"
-timeout -k 5 "$T" "$PY" -m cxlbench.cli.training_check --configs tiny,1b --optimizer-on ddr,hbm \
-  ${NVME:+--nvme "$NVME"} --steps 10 --warmup 2 --budget $(( T - 10 )) > "$OUT/training.md" 2>&1
-say "training check: exit $? (OUT/training.md)"
-grep '^|' "$OUT/training.md" | head -20
-
-# --- 4b. the delayed parameter update -------------------------------------------------
-T=$(( $(left) - 5 )); [ "$T" -gt "$DPU_S" ] && T=$DPU_S; [ "$T" -lt 20 ] && T=20
-say "DPU check (${T}s)"
-timeout -k 5 "$T" "$PY" -m cxlbench.cli.devicecheck --dpu --configs small --optimizer-on ddr \
-  --steps 10 --budget $(( T - 10 )) > "$OUT/dpu.md" 2>&1
-say "DPU check: exit $? (OUT/dpu.md)"
-grep -e '^|' -e '^- ' "$OUT/dpu.md" | head -10
+# --- 4. the GPU tests --------------------------------------------------------------
+if [ "$TESTS_S" -gt 0 ]; then
+T=$(( $(left) - 10 )); [ "$T" -gt "$TESTS_S" ] && T=$TESTS_S; [ "$T" -lt 20 ] && T=20
+say "GPU tests (tests/test_gpu_device.py, ${T}s)"
+timeout -k 5 "$T" "$PY" -m pytest -q -m gpu -p no:cacheprovider -o addopts="" tests/test_gpu_device.py \
+  > "$OUT/pytest-gpu.txt" 2>&1
+say "GPU tests: exit $? — $(tail -n 1 "$OUT/pytest-gpu.txt")"
+fi
 
 # --- 5. the table, last -----------------------------------------------------------------
 echo
@@ -157,5 +175,8 @@ else
   echo "no run was written; the suite's output ends:"; tail -n 30 "$OUT/suite.txt"
 fi
 case $RC in 0|1|2) ;; *) RC=1 ;; esac   # stopped by its time limit, or crashed: a failure
-say "done: run, report.html and table.md in $OUT"
+if [ "${PACK:-0}" = 1 ] && [ -d "$OUT/results" ]; then
+  tar czf "$OUT/runs.tgz" -C "$OUT" results && rm -rf "$OUT/results" "$OUT/run_path"
+fi
+say "done: runs, report.html and table.md in $OUT"
 exit $RC
