@@ -716,6 +716,24 @@ def test_a_probe_that_fails_leaves_a_note_and_the_flops_model(monkeypatch):
     assert probe.result() is None and "stopped after 0 steps" in notes[0]
 
 
+def test_a_gpu_replays_inputs_up_to_a_quarter_of_its_free_memory_a_cpu_up_to_2_gib(monkeypatch):
+    from cxlbench.training import replay
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (120 * gib, 141 * gib))
+    assert replay.byte_limit(torch.device("cuda", 0)) == 30 * gib      # an H200 after a 1b run's state
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (4 * gib, 16 * gib))
+    assert replay.byte_limit(torch.device("cuda", 0)) == 2 * gib       # never below the CPU's
+    assert replay.byte_limit(torch.device("cpu")) == 2 * gib
+
+
+def test_a_run_learns_when_its_last_three_losses_sit_5_percent_below_its_first():
+    from cxlbench.training.session import learned
+    assert learned([5.55, 5.2, 4.9, 4.6, 4.3, 4.12])
+    # the first H200 run's 1b: it fell, by 1.1%, in eleven steps: not yet "learns"
+    assert not learned([12.159, 12.153, 12.145, 12.143, 12.109, 12.124, 12.119, 12.070, 12.069, 12.057, 12.030])
+    assert not learned([5.0, 4.0, 3.0, 9.0, 9.0, 2.0])      # one low last step is not the median of three
+
+
 def test_the_minimal_twin_runs_the_same_operators_as_the_model_at_trivial_shapes():
     from cxlbench.training import replay
     from cxlbench.training.session import _twin
@@ -746,6 +764,26 @@ def test_span_copies_count_the_bytes_of_every_span_and_the_optimizer_probe_evict
     adamw_probe(1 << 12, "foreach", steps=3, warmup=1, before_each=lambda: calls.append(1))
     assert len(calls) == 4
     assert probes.evictor(0) is None
+
+
+def test_the_optimizer_probe_does_the_engines_per_chunk_work_every_step():
+    from cxlbench.training.optimizer import probe as adamw_probe
+    seen = []
+    adamw_probe(10_000, "foreach", steps=2, warmup=1, chunk=4096,
+                on_chunk=lambda s, e, p32: seen.append((s, e, p32.numel())))
+    assert seen == [(0, 4096, 4096), (4096, 8192, 4096), (8192, 10_000, 1808)] * 3
+
+
+def test_on_a_gpu_run_the_probed_update_narrows_into_the_staging_as_the_engine_does():
+    from types import SimpleNamespace
+
+    from cxlbench.training.session import _narrowing
+    staging = torch.zeros(8, dtype=torch.bfloat16)
+    narrow = _narrowing(SimpleNamespace(cuda=True, staging=staging))
+    p32 = torch.tensor([1.0, 2.5, -3.0, 1e-3])
+    narrow(2, 6, p32)
+    assert torch.equal(staging[2:6], p32.to(torch.bfloat16)) and not staging[:2].any()
+    assert _narrowing(SimpleNamespace(cuda=False, staging=None)) is None   # a CPU run times it apart
 
 
 def test_the_report_puts_each_phase_beside_its_model_term():

@@ -660,8 +660,10 @@ def _train_samples(r, info: dict) -> list[Sample]:
             "backward, on parameters one update stale" + ("" if gpu else
             "; on a CPU run both sides share the cores, so only NVMe I/O can hide"))}
     if not r.loss_fell:
+        from cxlbench.training.session import LOSS_FALL
         info.setdefault("warnings", []).append(
-            f"loss did not fall: {r.losses[0]:.3f} at the first step, {r.losses[-1]:.3f} at the last")
+            f"loss fell less than {LOSS_FALL:.0%} in {len(r.losses)} steps: {r.losses[0]:.3f} at the first, "
+            f"{r.loss_tail:.3f} over the last three (a large model needs more steps to show it learns)")
     if v.flagged:
         info.setdefault("warnings", []).append(f"step-time model disagrees by > 20%: {v.summary}")
     return samples

@@ -211,12 +211,14 @@ def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
           nodes: dict[str, int | None] | None = None, hyper: AdamWHyper = AdamWHyper(),
           grad_dtype: torch.dtype = torch.float32, chunk: int | None = None,
           before_each: Callable[[], object] | None = None,
-          cpu: list[float] | None = None) -> list[float]:
+          cpu: list[float] | None = None, on_chunk: OnChunk | None = None) -> list[float]:
     """Parameters per second of one AdamW step over n_params, one figure per step.
     nodes places p (params), m/v (optimizer) and g (grads) like the training run;
     chunk steps them in chunks as the engine does (default: one chunk); before_each
     runs untimed before every step (the run evicts the caches, as its forward and
     backward do: state that fits the LLC would otherwise step hot and read fast).
+    on_chunk is timed with the step, as the engine's is inside its update (on a GPU
+    run, narrowing each chunk into bf16 staging: 25% of the update on the VM).
     cpu, when given, gets each timed step's process CPU seconds (every thread's)."""
     from cxlbench.training.placement import HostArena
 
@@ -242,7 +244,7 @@ def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
             if before_each is not None:
                 before_each()
             c0, t0 = time.process_time(), time.perf_counter()
-            opt.step(g)
+            opt.step(g, on_chunk)
             dt, dc = time.perf_counter() - t0, time.process_time() - c0
             _check_updated(impl, before, p[::_SPOT])
             if i >= warmup:

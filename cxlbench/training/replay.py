@@ -33,7 +33,7 @@ compute = kernels + framework. On a GPU the replay's wall clock (synchronised)
 covers both the launches and the device's work; the sum is right while the host's
 issuing dominates, and overstates by the framework term (a few ms) when the device
 does (untested until a GPU run). Where the operators can't be replayed — a model
-whose parameters exceed REPLAY_MAX_BYTES, a minimal twin that runs other operators
+whose parameters exceed byte_limit (2 GiB on a CPU, a quarter of a GPU's free memory), a minimal twin that runs other operators
 (attention kernels chosen by head size on a GPU), any error — the run says why in
 its notes and the model prices compute as FLOPs at the measured GEMM rate.
 """
@@ -52,9 +52,19 @@ from cxlbench.training.configs import ModelConfig, TrainConfig
 from cxlbench.training.probes import seconds
 
 #: The replay keeps a copy of the model's parameters (and the batch) beside the
-#: run's own; above this many bytes of them it is not attempted (every GPU config
-#: from 1b up, in bf16).
+#: run's own; on a CPU, above this many bytes of them it is not attempted.
 REPLAY_MAX_BYTES = 2 << 30
+
+
+def byte_limit(device: torch.device) -> int:
+    """How many bytes of copied inputs a replay may keep. A GPU's is a quarter of its
+    free memory (the pass's own activations come on top): the fixed 2 GiB kept the
+    first H200 run's 1b (2.8 GiB in bf16) unprobed with over 100 GiB free, and its
+    compute priced as FLOPs at the GEMM rate read 0.6x the step's."""
+    if device.type != "cuda":
+        return REPLAY_MAX_BYTES
+    free, _total = torch.cuda.mem_get_info(device)
+    return max(REPLAY_MAX_BYTES, free // 4)
 
 
 @dataclass(frozen=True)
@@ -240,9 +250,10 @@ class Replay:
     inputs. Built with one untimed pass (allocator, thread pool, lazy initialisation)."""
 
     def __init__(self, trace: Trace, device: torch.device):
-        if trace.input_bytes > REPLAY_MAX_BYTES:
+        limit = byte_limit(device)
+        if trace.input_bytes > limit:
             raise ValueError(f"the step's operators need {trace.input_bytes / 2**30:.1f} GiB of inputs "
-                             f"to replay (limit {REPLAY_MAX_BYTES / 2**30:.0f} GiB)")
+                             f"to replay (limit {limit / 2**30:.0f} GiB)")
         self.device, self.operators = device, len(trace.calls)
         self.externals = trace.values           # the trace's copies; in-place calls would move them
         self.program = _compile(trace)
@@ -311,9 +322,10 @@ class Probe:
         self.framework: tuple[list[float], list[float]] = ([], [])
         self.resident_bytes = 0
         try:
-            if cfg.num_params() * param_bytes > REPLAY_MAX_BYTES:
+            limit = byte_limit(device)
+            if cfg.num_params() * param_bytes > limit:
                 raise ValueError(f"{cfg.num_params() * param_bytes / 2**30:.1f} GiB of parameters to copy, "
-                                 f"over the replay's {REPLAY_MAX_BYTES / 2**30:.0f} GiB")
+                                 f"over the replay's {limit / 2**30:.0f} GiB")
             before = _allocated(device)
             trace = record(forward_backward(cfg, train))
             small_cfg, small_train = minimal(cfg, train)
