@@ -804,6 +804,24 @@ def test_the_report_puts_each_phase_beside_its_model_term():
     assert "0.73 (off)" in cells                       # 32 / 44 ms: more than 20% from the model
 
 
+def test_the_report_tells_a_placement_with_the_delayed_update_from_the_same_one_without():
+    import pandas as pd
+
+    from cxlbench.report import build, step_breakdown
+    rows = []
+    for case, dpu, tps in (("off", None, 10539.0), ("on", True, 12566.0)):
+        base = {"benchmark": "training", "mode": "train", "case_id": case, "target": "ddr0",
+                "engine": "offload", "params_on": "ddr0", "dpu": dpu}
+        rows += [dict(base, metric="tokens_per_s", value=tps),
+                 dict(base, metric="predicted_step_s", value=8192 / tps, model_compute_s=0.1)]
+    frame = pd.DataFrame(rows)
+    assert list(step_breakdown.rows(frame)["engine"]) == ["offload", "offload + DPU"]
+    # the flag is kept only where it is on: the family's other points are off, not unlabelled
+    fam = build.flags_off(frame[frame["metric"] == "tokens_per_s"])
+    assert list(fam["dpu"]) == [False, True] and build._varying(fam, ["dpu"]) == ["dpu"]
+    assert build._varying(frame[frame["metric"] == "tokens_per_s"], ["dpu"]) == []   # what it was
+
+
 def test_the_report_draws_each_placement_relative_to_the_runs_best():
     import pandas as pd
 

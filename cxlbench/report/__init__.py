@@ -61,7 +61,7 @@ def run_context(run: Run) -> dict[str, Any]:
     held = by_point(reps)            # a figure from a shared CPU is marked (analysis.held)
     if not pts.empty:
         for bench in build.family_order(pts["benchmark"], [meta]):
-            fam = pts[pts["benchmark"] == bench]
+            fam = build.flags_off(pts[pts["benchmark"] == bench])
             show = build.look([meta], bench)
             if show.get("sentinel"):                  # the drift trace, not a sweep
                 families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,
@@ -116,7 +116,7 @@ def comparison_context(cmp: Comparison, runs: Sequence[Run]) -> dict[str, Any]:
     if not pts.empty:
         metas = [r.meta for r in runs]
         for bench in build.family_order(pts["benchmark"], metas):
-            fam = pts[pts["benchmark"] == bench]
+            fam = build.flags_off(pts[pts["benchmark"] == bench])
             show = build.look(metas, bench)
             rows = cmp.rows[cmp.rows["benchmark"] == bench]
             families.append({"id": "family-" + build.slug(bench), "name": show["title"], "benchmark": bench,

@@ -318,6 +318,17 @@ def _params(frame: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[s
     return cols
 
 
+def flags_off(fam: pd.DataFrame) -> pd.DataFrame:
+    """A flag axis is kept only where it is on (dpu: the ordinary cases keep their ids),
+    so where some of a family's points have it the rest are off: said so, or two
+    placements that differ only by it would share one label."""
+    for c in fam.columns:
+        present = fam[c].dropna()
+        if 0 < len(present) < len(fam) and all(isinstance(v, (bool, np.bool_)) for v in present):
+            fam = fam.assign(**{c: fam[c].astype(object).where(fam[c].notna(), False)})
+    return fam
+
+
 def _varying(frame: pd.DataFrame, cols: Iterable[str]) -> list[str]:
     out = []
     for c in cols:

@@ -42,8 +42,9 @@ def rows(samples: pd.DataFrame) -> pd.DataFrame:
             continue
         pred = preds.iloc[0]
         nvme = _term(pred, "nvme")
+        dpu = "dpu" in g and bool(g["dpu"].fillna(False).astype(bool).any())
         out.append({
-            "tier": g["target"].iloc[0], "engine": g["engine"].iloc[0],
+            "tier": g["target"].iloc[0], "engine": g["engine"].iloc[0] + (" + DPU" if dpu else ""),
             "tokens_per_s": _median(g, "tokens_per_s"),
             "params_on": g["params_on"].iloc[0] if "params_on" in g else "",
             "step": _median(g, "step_time_s"), "step_model": float(pred["value"]),
