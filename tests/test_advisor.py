@@ -83,9 +83,10 @@ def host_run(root, cxl: bool = True, adamw: dict | None = None, label: str = "ho
 
 
 def gpu_run(root, flops_tflops: float = 600.0, copy_GBps: float = 50.0, adamw: float = 1.5e11,
-            config: str = "8b"):
+            config: str = "8b", probed_host_adamw: float = 2e9, optimizer_mode: bool = True):
     """A GPU training run: engine none (state in HBM) and offload on ddr0, with the probes
-    the training family stores (matmul at the model's shapes, d2h/h2d, device AdamW)."""
+    the training family stores (matmul at the model's shapes, d2h/h2d, device AdamW, the
+    offload engine's host AdamW), and the optimizer mode's case on ddr0 unless told not."""
     from cxlbench.results.schema import Sample
     m, tiers = synthetic.machine(hostname="gpu-host", cxl=False)
     m.gpus = [Gpu(0, "NVIDIA H200", 141 * GIB, numa_node=0)]
@@ -103,8 +104,8 @@ def gpu_run(root, flops_tflops: float = 600.0, copy_GBps: float = 50.0, adamw: f
                    Sample("tflops", flops_tflops, 0, {"probe": "matmul_model_shape"}),
                    Sample("bandwidth_GBps", copy_GBps, 0, {"probe": "d2h"}),
                    Sample("bandwidth_GBps", copy_GBps, 0, {"probe": "h2d"}),
-                   Sample("params_per_s", 2e9, 0, {"probe": "adamw", "impl": "fused"})]
-    opt = _optimizer("ddr0", "ddr", ADAMW["ddr"])
+                   Sample("params_per_s", probed_host_adamw, 0, {"probe": "adamw", "impl": "native"})]
+    opt = _optimizer("ddr0", "ddr", ADAMW["ddr"]) if optimizer_mode else ()
     return synthetic.write_run(root, _merge([*opt, none, off]), m=m, tiers=tiers, suite="training",
                                label="gpu")
 
@@ -210,6 +211,17 @@ def test_a_gpu_run_supplies_the_gpu_side_measured(tmp_path):
     b = advise([results], "8b", "h200")
     assert b.inputs.gpu.flops.source.kind == ASSUMED and b.inputs.gpu.d2h.value == 50.0
     assert b.inputs.gpu.d2h.source.kind == MEASURED
+
+
+def test_a_gpu_offload_run_alone_supplies_its_hosts_adamw_from_its_own_probe(tmp_path):
+    alone = gpu_run(tmp_path / "alone", probed_host_adamw=3.66e9, optimizer_mode=False)
+    a = advise([alone], "1b", tiers=["hbm", "ddr"])
+    ddr = a.inputs.tiers["ddr0"].adamw
+    assert ddr.value == 3.66e9 and ddr.source.kind == MEASURED
+    assert "native, the offload engine's own probe" in ddr.detail and "engine=offload" in ddr.source.text
+    # the optimizer mode's own measurement, where a run has one, is the figure
+    both = gpu_run(tmp_path / "both", probed_host_adamw=3.66e9)
+    assert advise([both], "1b", tiers=["hbm", "ddr"]).inputs.tiers["ddr0"].adamw.value == ADAMW["ddr"]
 
 
 def test_a_figure_comes_from_the_newest_run_that_has_it(tmp_path):

@@ -225,7 +225,7 @@ def _host_tiers(runs: Sequence[Run]) -> tuple[dict[str, HostTier], dict[str, str
     tiers: dict[str, HostTier] = {}
     skipped: dict[str, str] = {}
     for run in sorted(runs, key=_started, reverse=True):
-        capacity = {t.get("name"): t.get("capacity_bytes") for t in run.meta.get("tiers") or []}
+        capacity = capacity_of(run)
         for c in _cases(run):
             params = c.get("params") or {}
             if params.get("mode") != "optimizer" or c.get("tier_kind") not in HOST_KINDS:
@@ -244,6 +244,9 @@ def _host_tiers(runs: Sequence[Run]) -> tuple[dict[str, HostTier], dict[str, str
                 _nvme_figures(t, rows, source, c)
             elif t.adamw is None:
                 t.adamw = _best_adamw(rows, source, f"CPU AdamW, optimizer state on {t.name}")
+    for run in sorted(runs, key=_started, reverse=True):
+        for c in _gpu_trained(run):                            # else a GPU offload run's own probe
+            _probed_adamw(tiers, run, c, capacity_of(run))
     for run in sorted(runs, key=_started, reverse=True):      # NVMe bandwidth from the storage family
         for c in run.meta.get("cases") or []:
             if c.get("benchmark") == "storage" and c.get("tier_kind") == "nvme" and c.get("status") == "ok":
@@ -257,6 +260,32 @@ def _host_tiers(runs: Sequence[Run]) -> tuple[dict[str, HostTier], dict[str, str
                              src.unit, src.source, f"{ddr[0].name}'s rate: the update runs on DDR buffers; "
                                                    + src.detail)
     return tiers, skipped
+
+
+def capacity_of(run: Run) -> dict[str, int | None]:
+    return {t.get("name"): t.get("capacity_bytes") for t in run.meta.get("tiers") or []}
+
+
+def _probed_adamw(tiers: dict[str, HostTier], run: Run, case: dict, capacity: dict) -> None:
+    """A tier no optimizer-mode case measured takes the AdamW rate a GPU offload case
+    probed on its own state there (every CPU of the host, the engine's chunks): the
+    first H200 run held only this."""
+    params = case.get("params") or {}
+    if params.get("engine") != "offload" or case.get("tier_kind") not in ("ddr", "cxl"):
+        return
+    t = tiers.setdefault(case["target"], HostTier(case["target"], case["tier_kind"]))
+    if t.adamw is not None:
+        return
+    rows = _col(_rows(run, case["case_id"]), "probe", "adamw")
+    rows = rows[rows["metric"] == "params_per_s"]
+    if rows.empty:
+        return
+    t.capacity_bytes = t.capacity_bytes or capacity.get(case["target"])
+    t.machine = t.machine or machine_of(run.meta)
+    impl = str(rows["impl"].iloc[0]) if "impl" in rows.columns else "the engine's"
+    t.adamw = Figure(f"CPU AdamW, optimizer state on {t.name}", float(rows["value"].median()), "params/s",
+                     _measured(run, case["case_id"]),
+                     f"{impl}, the offload engine's own probe on its state (every CPU of the host)")
 
 
 def _best_adamw(rows: pd.DataFrame, source: Source, name: str) -> Figure | None:
