@@ -541,11 +541,13 @@ def test_a_native_adamw_is_used_only_if_it_computes_torchs_adamw(monkeypatch):
             _torch_adam_update(0, step, lr, beta1, beta2, eps, wd if decay else 0.0, True, pt, gt, mt, vt)
         return adamw_step
 
-    monkeypatch.setattr(optimizer, "_native_adamw", lambda: kernel(decay=True))
+    def only_fp32(k):                        # a C core without the one-pass bf16 kernel
+        return lambda name="adamw_step": k if name == "adamw_step" else None
+    monkeypatch.setattr(optimizer, "_native_adamw", only_fp32(kernel(decay=True)))
     assert optimizer.unavailable("native") is None
-    monkeypatch.setattr(optimizer, "_native_adamw", lambda: kernel(decay=False))
+    monkeypatch.setattr(optimizer, "_native_adamw", only_fp32(kernel(decay=False)))
     assert "disagrees" in optimizer.unavailable("native")
-    monkeypatch.setattr(optimizer, "_native_adamw", lambda: (lambda *a: 1 / 0))
+    monkeypatch.setattr(optimizer, "_native_adamw", only_fp32(lambda *a: 1 / 0))
     assert "did not run" in optimizer.unavailable("native")
 
 
@@ -647,6 +649,54 @@ def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice(threads, isa, monkeypa
     with pytest.raises(ValueError, match="step counts from 1"):
         _native.adamw_step(p0.data_ptr(), p0.data_ptr(), p0.data_ptr(), p0.data_ptr(), 8, 0,
                            1e-3, 0.9, 0.95, 1e-8, 0.1)
+
+
+@pytest.mark.parametrize("isa", ["best", "avx2", "scalar"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_one_pass_bf16_update_is_the_widen_update_narrow_passes_to_the_bit(threads, isa, monkeypatch):
+    """bf16 gradients in and a bf16 copy out, in the kernel's own pass: p, m and v are
+    bit for bit what widening first and updating in fp32 gives, and the copy is
+    torch's own narrowing of p (nearest even, every slice edge and the tail)."""
+    from cxlbench.training.optimizer import AdamWHyper, HostAdamW
+    torch.set_num_threads(threads)
+    if isa != "best":
+        monkeypatch.setenv("CXLBENCH_ADAMW_ISA", isa)
+    n = (1 << 18) + 13
+    gen = torch.Generator().manual_seed(5)
+    p0 = torch.randn(n, generator=gen)
+    grads = [torch.randn(n, generator=gen).to(torch.bfloat16) for _ in range(3)]
+    out = {}
+    for name, g_of in (("unfused", lambda g: g.float()), ("fused", lambda g: g)):
+        p, m, v = p0.clone(), torch.zeros(n), torch.zeros(n)
+        copy = torch.zeros(n, dtype=torch.bfloat16)
+        opt = HostAdamW(p, m, v, n, AdamWHyper(), "native", chunk=1 << 17,
+                        narrow_into=copy if name == "fused" else None)
+        for g in grads:
+            opt.step(g_of(g))
+        out[name] = (p, m, v, copy)
+    for ref, got in zip(out["unfused"][:3], out["fused"][:3]):
+        assert torch.equal(ref, got)
+    assert torch.equal(out["fused"][3], out["fused"][0].to(torch.bfloat16))
+
+
+def test_the_one_pass_narrowing_rounds_ties_to_even_and_keeps_nan_inf_and_signs(monkeypatch):
+    from cxlbench import _native
+    bits = torch.tensor([0x3F808000, 0x3F818000, 0x3F80C000, 0x3F807FFF, 0x7F7FFFFF, 0x7F800000,
+                         0xFF800000, 0x80000001, 0x00000000, 0x7FC00001], dtype=torch.int64)
+    for isa in ("best", "avx2", "scalar"):
+        if isa != "best":
+            monkeypatch.setenv("CXLBENCH_ADAMW_ISA", isa)
+        n = 3 * 16 + 2                      # every path's vector loop and its scalar tail
+        p = bits.to(torch.int32).view(torch.float32).repeat(6)[:n].clone()
+        want = p.to(torch.bfloat16)
+        # lr 0 and no decay: p passes through the update unchanged, and only the copy is new
+        m, v, g = torch.zeros(n), torch.zeros(n), torch.zeros(n, dtype=torch.bfloat16)
+        copy = torch.zeros(n, dtype=torch.bfloat16)
+        _native.adamw_step_bf16(p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), copy.data_ptr(),
+                                n, 1, 0.0, 0.9, 0.95, 1e-8, 0.0)
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(copy), nan), isa
+        assert torch.equal(copy[~nan].view(torch.int16), want[~nan].view(torch.int16)), isa
 
 
 def test_a_probe_step_that_updates_nothing_records_no_rate(monkeypatch):
@@ -766,24 +816,18 @@ def test_span_copies_count_the_bytes_of_every_span_and_the_optimizer_probe_evict
     assert probes.evictor(0) is None
 
 
-def test_the_optimizer_probe_does_the_engines_per_chunk_work_every_step():
-    from cxlbench.training.optimizer import probe as adamw_probe
-    seen = []
-    adamw_probe(10_000, "foreach", steps=2, warmup=1, chunk=4096,
-                on_chunk=lambda s, e, p32: seen.append((s, e, p32.numel())))
-    assert seen == [(0, 4096, 4096), (4096, 8192, 4096), (8192, 10_000, 1808)] * 3
-
-
-def test_on_a_gpu_run_the_probed_update_narrows_into_the_staging_as_the_engine_does():
+def test_the_optimizer_probe_writes_the_bf16_copy_a_gpu_runs_update_writes():
     from types import SimpleNamespace
 
-    from cxlbench.training.session import _narrowing
-    staging = torch.zeros(8, dtype=torch.bfloat16)
-    narrow = _narrowing(SimpleNamespace(cuda=True, staging=staging))
-    p32 = torch.tensor([1.0, 2.5, -3.0, 1e-3])
-    narrow(2, 6, p32)
-    assert torch.equal(staging[2:6], p32.to(torch.bfloat16)) and not staging[:2].any()
-    assert _narrowing(SimpleNamespace(cuda=False, staging=None)) is None   # a CPU run times it apart
+    from cxlbench.training.optimizer import probe as adamw_probe
+    from cxlbench.training.session import _staging
+    staging = torch.zeros(1 << 14, dtype=torch.bfloat16)
+    copy = _staging(SimpleNamespace(cuda=True, staging=staging), 10_000)
+    assert copy.numel() == 10_000 and copy.data_ptr() == staging.data_ptr()
+    adamw_probe(10_000, "native", steps=2, warmup=1, chunk=4096, grad_dtype=torch.bfloat16,
+                narrow_into=copy)
+    assert staging[:10_000].float().abs().min() > 0 and not staging[10_000:].any()   # p ~ N(0, 0.02)
+    assert _staging(SimpleNamespace(cuda=False, staging=None), 10_000) is None  # a CPU run times it apart
 
 
 def test_the_report_puts_each_phase_beside_its_model_term():

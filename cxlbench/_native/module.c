@@ -855,6 +855,32 @@ static PyObject *py_adamw_step(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* copy: an address, or 0 for none */
+static PyObject *py_adamw_step_bf16(PyObject *self, PyObject *args)
+{
+    uintptr_t p, g, m, v, copy;
+    size_t n;
+    unsigned long long step;
+    double lr, beta1, beta2, eps, weight_decay;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&Kddddd:adamw_step_bf16", conv_addr, &p, conv_addr, &g,
+                          conv_addr, &m, conv_addr, &v, conv_addr, &copy, conv_size, &n, &step, &lr,
+                          &beta1, &beta2, &eps, &weight_decay))
+        return NULL;
+    if ((p | m | v) % sizeof(float) || (g | copy) % sizeof(uint16_t))
+        return PyErr_Format(PyExc_ValueError,
+                            "adamw_step_bf16: p, m, v must be 4-byte aligned fp32, g and copy 2-byte bf16");
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = cb_adamw_bf16((float *)p, (const uint16_t *)g, (float *)m, (float *)v, (uint16_t *)copy, n,
+                        step, lr, beta1, beta2, eps, weight_decay);
+    Py_END_ALLOW_THREADS
+    if (err == EINVAL)
+        return PyErr_Format(PyExc_ValueError, "adamw_step_bf16: step counts from 1");
+    if (err)
+        return OS_FAIL(err, "adamw_step_bf16: %s", strerror(err));
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_line_op_bytes(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"reads", "writes", "write_bytes", "rmw", NULL};
@@ -1109,6 +1135,11 @@ static PyMethodDef methods[] = {
      "(parameters), g (gradients), m and v (moments), in place; step is this update's\n"
      "1-based number. Split over the OpenMP threads (torch.set_num_threads); AVX-512 or\n"
      "AVX2 where present (CXLBENCH_ADAMW_ISA=avx2|scalar caps it)."},
+    {"adamw_step_bf16", py_adamw_step_bf16, METH_VARARGS,
+     "adamw_step_bf16(p, g, m, v, copy, n, step, lr, beta1, beta2, eps, weight_decay)\n"
+     "adamw_step with g in bf16, widened as it is read, and unless copy is 0 the updated\n"
+     "parameters also written there in bf16 (rounded to nearest even, as torch narrows):\n"
+     "a GPU offload step's update in one pass over memory."},
     {"line_op_bytes", KW py_line_op_bytes, METH_VARARGS | METH_KEYWORDS,
      "line_op_bytes(reads=1, writes=0, write_bytes=64, rmw=False) -> float\n"
      "Bytes per line the op moves, STREAM's way (read 64, write write_bytes, rmw 128)."},

@@ -9,8 +9,9 @@ OffloadEngine (ZeRO-Offload's scheme, one device):
   - backward streams each gradient to the host buffer as soon as autograd has
     accumulated it (a post-accumulate-grad hook), on a side stream, and frees it;
   - the CPU steps AdamW chunk by chunk; each updated chunk is narrowed to bf16 in a
-    pinned staging buffer and copied back on a second side stream while the next
-    chunk is stepped; the next forward waits for that stream;
+    pinned staging buffer (the native kernel widens the bf16 gradients and narrows
+    the parameters in its own pass) and copied back on a second side stream while
+    the next chunk is stepped; the next forward waits for that stream;
   - saved activations (with activation checkpointing: the block inputs only) can
     live on a host tier too, through saved_tensors_hooks (ActivationStash);
   - with train.dpu (ZeRO-Offload's delayed parameter update, Ren et al. 2021 §5.2),
@@ -297,6 +298,8 @@ class OffloadEngine(_EngineBase):
             for name in ("grads", "grads_next", "staging"):
                 if name in self.arenas:
                     self.arenas[name].pin()
+            if self.nvme is None:                  # the update writes it in its own pass
+                self.host_opt.narrow_into = self.staging
 
         # -- compute copy: views into one flat buffer on the device (buffers move as they are)
         for module in self.model.modules():
@@ -358,11 +361,13 @@ class OffloadEngine(_EngineBase):
 
     def _shipper(self, target: torch.Tensor, spent: list[float]):
         """on_chunk for the optimizer: each updated chunk of fp32 params goes to `target`
-        (a compute copy): on a GPU narrowed into pinned staging, then H2D on its own
-        stream; on a CPU a memcpy, whose seconds add up in spent[0]."""
+        (a compute copy): on a GPU narrowed into pinned staging (by the host optimizer
+        itself, in its pass; the NVMe path's here), then H2D on its own stream; on a
+        CPU a memcpy, whose seconds add up in spent[0]."""
         def ship(start: int, end: int, p32: torch.Tensor) -> None:
             if self.cuda:
-                self.staging[start:end].copy_(p32)
+                if self.nvme is not None:
+                    self.staging[start:end].copy_(p32)
                 with torch.cuda.stream(self.h2d_stream):
                     target[start:end].copy_(self.staging[start:end], non_blocking=True)
             else:

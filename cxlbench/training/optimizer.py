@@ -64,12 +64,12 @@ def unavailable(impl: str) -> str | None:
     return None
 
 
-def _native_adamw():
+def _native_adamw(name: str = "adamw_step"):
     try:
         from cxlbench import _native
     except ImportError:
         return None
-    return getattr(_native, "adamw_step", None)
+    return getattr(_native, name, None)
 
 
 _THREADED = 1 << 16                  # adamw.c's MIN_SLICE: slices per thread at least this
@@ -82,18 +82,23 @@ def _disagrees(impl: str) -> str | None:
     n = 3 * _THREADED + 13                  # a first chunk the C kernel splits over threads
     g = torch.Generator().manual_seed(0)
     p0, grad = torch.randn(n, generator=g), torch.randn(n, generator=g)
-    results = []
-    for name in ("forloop", impl):
-        p, m, v = p0.clone(), torch.zeros(n), torch.zeros(n)
-        opt = HostAdamW(p, m, v, n, AdamWHyper(), name, chunk=2 * _THREADED)
-        try:
-            for _ in range(3):
-                opt.step(grad)
-        except Exception as e:                        # a kernel with another signature
-            return f"{impl} AdamW did not run: {e}"
-        results.append((p, m, v))
-    if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(*results)):
-        return f"{impl} AdamW disagrees with torch's AdamW after 3 chunked steps"
+    # as a CPU run calls it (fp32 gradients), and as a GPU's offload step does (bf16
+    # gradients in, a bf16 copy of the parameters out)
+    for dtype in (torch.float32, torch.bfloat16):
+        results = []
+        for name in ("forloop", impl):
+            p, m, v = p0.clone(), torch.zeros(n), torch.zeros(n)
+            copy = torch.empty(n, dtype=torch.bfloat16) if dtype == torch.bfloat16 else None
+            opt = HostAdamW(p, m, v, n, AdamWHyper(), name, chunk=2 * _THREADED, narrow_into=copy)
+            try:
+                for _ in range(3):
+                    opt.step(grad.to(dtype))
+            except Exception as e:                        # a kernel with another signature
+                return f"{impl} AdamW did not run: {e}"
+            results.append((p, m, v) + ((copy.float(),) if copy is not None else ()))
+        tolerances = [(1e-5, 1e-7)] * 3 + [(1e-2, 1e-7)]  # the copy: to bf16's precision
+        if not all(torch.allclose(a, b, rtol=rt, atol=at) for (a, b), (rt, at) in zip(zip(*results), tolerances)):
+            return f"{impl} AdamW disagrees with torch's AdamW after 3 chunked steps ({dtype} gradients)"
     return None
 
 
@@ -158,26 +163,50 @@ class HostAdamW:
     """AdamW over flat fp32 buffers (params, exp_avg, exp_avg_sq), chunk by chunk.
 
     grads may be fp32 or bf16 (as they arrive from a GPU); bf16 chunks are widened
-    into a small fp32 scratch buffer first. After each chunk, on_chunk(start, end,
-    updated_params) lets the caller ship the chunk on (copy to the compute copy, H2D).
+    into a small fp32 scratch buffer first. narrow_into, a bf16 buffer, also gets
+    each updated chunk (the GPU's compute copy, staged). The native kernel does both
+    in its own pass over memory; the others widen before and narrow after. After
+    each chunk, on_chunk(start, end, updated_params) lets the caller ship it on.
     """
 
     def __init__(self, params: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
                  numel: int, hyper: AdamWHyper, impl: str = "fused", chunk: int = 1 << 22,
-                 scratch: torch.Tensor | None = None):
+                 scratch: torch.Tensor | None = None, narrow_into: torch.Tensor | None = None):
         self.p, self.m, self.v = params, exp_avg, exp_avg_sq
         self.numel, self.hyper, self.impl, self.chunk = numel, hyper, impl, chunk
         self.bounds = [(s, min(s + chunk, numel)) for s in range(0, numel, chunk)]
         self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.bounds]
         self.scratch = scratch
+        self.narrow_into = narrow_into
 
     def step(self, grads: torch.Tensor, on_chunk: OnChunk | None = None) -> None:
+        fused = _fused_kernel(self.impl, grads, self.narrow_into)
         for i, (s, e) in enumerate(self.bounds):
-            g = widen(grads[s:e], self.scratch)
-            adamw_update([self.p[s:e]], [g], [self.m[s:e]], [self.v[s:e]], [self.steps[i]],
-                         self.hyper, self.impl)
+            copy = self.narrow_into[s:e] if self.narrow_into is not None else None
+            if fused is not None:
+                self.steps[i] += 1
+                h = self.hyper
+                fused(self.p[s:e].data_ptr(), grads[s:e].data_ptr(), self.m[s:e].data_ptr(),
+                      self.v[s:e].data_ptr(), copy.data_ptr() if copy is not None else 0, e - s,
+                      int(self.steps[i].item()), h.lr, h.betas[0], h.betas[1], h.eps, h.weight_decay)
+            else:
+                g = widen(grads[s:e], self.scratch)
+                adamw_update([self.p[s:e]], [g], [self.m[s:e]], [self.v[s:e]], [self.steps[i]],
+                             self.hyper, self.impl)
+                if copy is not None:
+                    copy.copy_(self.p[s:e])
             if on_chunk is not None:
                 on_chunk(s, e, self.p[s:e])
+
+
+def _fused_kernel(impl: str, grads: torch.Tensor, narrow_into: torch.Tensor | None):
+    """The C core's one-pass kernel where it applies: native AdamW, bf16 gradients,
+    and a bf16 copy (or none) to write."""
+    if impl != "native" or grads.dtype != torch.bfloat16:
+        return None
+    if narrow_into is not None and narrow_into.dtype != torch.bfloat16:
+        return None
+    return _native_adamw("adamw_step_bf16")
 
 
 def widen(g: torch.Tensor, scratch: torch.Tensor | None) -> torch.Tensor:
@@ -211,14 +240,14 @@ def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
           nodes: dict[str, int | None] | None = None, hyper: AdamWHyper = AdamWHyper(),
           grad_dtype: torch.dtype = torch.float32, chunk: int | None = None,
           before_each: Callable[[], object] | None = None,
-          cpu: list[float] | None = None, on_chunk: OnChunk | None = None) -> list[float]:
+          cpu: list[float] | None = None, narrow_into: torch.Tensor | None = None) -> list[float]:
     """Parameters per second of one AdamW step over n_params, one figure per step.
     nodes places p (params), m/v (optimizer) and g (grads) like the training run;
     chunk steps them in chunks as the engine does (default: one chunk); before_each
     runs untimed before every step (the run evicts the caches, as its forward and
     backward do: state that fits the LLC would otherwise step hot and read fast).
-    on_chunk is timed with the step, as the engine's is inside its update (on a GPU
-    run, narrowing each chunk into bf16 staging: 25% of the update on the VM).
+    narrow_into (a bf16 buffer of n_params) gets the updated parameters as a GPU
+    run's update writes them to its staging: inside the timed step, as there.
     cpu, when given, gets each timed step's process CPU seconds (every thread's)."""
     from cxlbench.training.placement import HostArena
 
@@ -237,14 +266,15 @@ def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
         p.normal_(0, 0.02)
         g.normal_(0, 1e-3)
         scratch = None if grad_dtype == torch.float32 else on("grads", chunk or n_params, torch.float32)
-        opt = HostAdamW(p, m, v, n_params, hyper, impl, chunk=chunk or n_params, scratch=scratch)
+        opt = HostAdamW(p, m, v, n_params, hyper, impl, chunk=chunk or n_params, scratch=scratch,
+                        narrow_into=narrow_into)
         rates = []
         for i in range(warmup + steps):
             before = p[::_SPOT].clone()
             if before_each is not None:
                 before_each()
             c0, t0 = time.process_time(), time.perf_counter()
-            opt.step(g, on_chunk)
+            opt.step(g)
             dt, dc = time.perf_counter() - t0, time.process_time() - c0
             _check_updated(impl, before, p[::_SPOT])
             if i >= warmup:

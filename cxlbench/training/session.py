@@ -313,7 +313,7 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
         if engine.nvme is None:
             probe = functools.partial(adamw_probe, n, spec.impl, steps=5, nodes=_state_nodes(spec),
                                       hyper=hyper_of(train), grad_dtype=dtype, chunk=engine.chunk,
-                                      before_each=evict, cpu=cpu, on_chunk=_narrowing(engine))
+                                      before_each=evict, cpu=cpu, narrow_into=_staging(engine, n))
         else:
             from cxlbench.training.nvme_optimizer import step_rate
             # the state is in the file: R_opt is the file-backed step's own rate, its
@@ -339,18 +339,15 @@ def _rates(engine, spec: RunSpec) -> tuple[Rates, float]:
     return Rates(f_eff, d2h, h2d, opt, nvme_r, nvme_w, opt_cpu_params_per_s=opt_cpu), peak
 
 
-def _narrowing(engine):
-    """On a GPU run the update narrows each updated chunk into the pinned bf16 staging
-    (the engine's shipper) inside its optimizer seconds: the probe does the same, or
-    R_opt leaves it out (the first H200 run: the update took 1.48x the probe's time).
-    A CPU run's copies back are timed apart, as transfer: nothing to add there."""
+def _staging(engine, n: int) -> torch.Tensor | None:
+    """On a GPU run the update also writes each updated chunk, narrowed to bf16, into
+    the pinned staging the H2D copies read, inside its optimizer seconds: the probe
+    writes there too, or R_opt leaves it out (the first H200 run, whose probe did:
+    the update took 1.48x the probe's time). A CPU run's copies back are timed
+    apart, as transfer: nothing to add there."""
     if not engine.cuda:
         return None
-    staging = engine.staging          # idle now: every step, and any delayed update, is done
-
-    def narrow(start: int, end: int, p32: torch.Tensor) -> None:
-        staging[start:end].copy_(p32)
-    return narrow
+    return engine.staging[:n]         # idle now: every step, and any delayed update, is done
 
 
 def _capped(spans: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
