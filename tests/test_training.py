@@ -816,6 +816,21 @@ def test_span_copies_count_the_bytes_of_every_span_and_the_optimizer_probe_evict
     assert probes.evictor(0) is None
 
 
+def test_the_implementation_is_chosen_stepping_as_the_run_will(monkeypatch):
+    from cxlbench.training import session
+    calls = []
+
+    def probe(n, impl, **kw):
+        calls.append((impl, kw["grad_dtype"], kw["narrow_into"]))
+        return [2e9 if impl == "native" else 1e9]
+    monkeypatch.setattr(session, "adamw_probe", probe)
+    assert session.choose_impl(5000, gpu=True)[0] == "native"
+    assert {(d, c.dtype, c.numel()) for _, d, c in calls} == {(torch.bfloat16, torch.bfloat16, 5000)}
+    calls.clear()
+    session.choose_impl(5000)                      # a CPU run: fp32 gradients, no copy
+    assert {(d, c) for _, d, c in calls} == {(torch.float32, None)}
+
+
 def test_the_optimizer_probe_writes_the_bf16_copy_a_gpu_runs_update_writes():
     from types import SimpleNamespace
 

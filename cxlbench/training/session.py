@@ -91,17 +91,21 @@ def learned(losses: list[float]) -> bool:
     return loss_tail(losses) < losses[0] - LOSS_FALL * abs(losses[0])
 
 
-def choose_impl(n_params: int, nodes_of_state: dict | None = None) -> tuple[str, dict]:
+def choose_impl(n_params: int, nodes_of_state: dict | None = None, gpu: bool = False) -> tuple[str, dict]:
     """The fastest available CPU AdamW on the run's own tiers (params/s of each, from a
-    short probe on up to 4M parameters placed like the run's state)."""
+    short probe on up to 4M parameters placed like the run's state), stepping as the
+    run will: for a GPU, bf16 gradients in and a bf16 copy out."""
     from cxlbench.training.optimizer import IMPLS, NoWorkDone, unavailable
+    n = min(n_params, 1 << 22)
+    grad_dtype = torch.bfloat16 if gpu else torch.float32
+    copy = torch.empty(n, dtype=torch.bfloat16) if gpu else None
     rates = {}
     for impl in IMPLS:
         if impl == "forloop" or unavailable(impl):
             continue
         try:
-            rates[impl] = statistics.median(adamw_probe(min(n_params, 1 << 22), impl, steps=3,
-                                                        nodes=nodes_of_state))
+            rates[impl] = statistics.median(adamw_probe(n, impl, steps=3, nodes=nodes_of_state,
+                                                        grad_dtype=grad_dtype, narrow_into=copy))
         except NoWorkDone:                    # never chosen; the probe said why
             continue
     return max(rates, key=rates.get), rates
@@ -134,7 +138,7 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     cfg, train = model_config(spec.config), spec.train
     impl_rates = None
     if spec.impl == "auto" and spec.engine == "offload":
-        impl, impl_rates = choose_impl(cfg.num_params(), _state_nodes(spec))
+        impl, impl_rates = choose_impl(cfg.num_params(), _state_nodes(spec), spec.device.startswith("cuda"))
         spec = replace(spec, impl=impl)
     elif spec.impl == "auto":
         spec = replace(spec, impl="fused")
