@@ -44,6 +44,15 @@ def test_every_published_check_holds_within_its_tolerance_but_the_known_misses()
     assert sum(not p.composition for r in results for p in r.points) >= 19
 
 
+def test_the_readme_states_the_tally_the_checks_give():
+    from pathlib import Path
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    results, _ = check_all()
+    pred = [p for r in results for p in r.points if not p.composition]
+    said = re.search(r"(\d+) predictions of a\s+figure their inputs do not hold \((\d+) within", readme)
+    assert said and (int(said[1]), int(said[2])) == (len(pred), sum(p.holds for p in pred))
+
+
 def test_the_accumulation_check_tells_accumulation_from_none():
     """The gain over one micro-batch a step: a model that paid the update every
     micro-step (a gain of 1) must miss, so the paper's gain lies beyond the tolerance."""
