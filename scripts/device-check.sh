@@ -138,6 +138,7 @@ say "training what-if (suites/training-gpu.toml, ${TRAIN_S}s)"
 timeout -k 5 "$TRAIN_S" "$PY" -m cxlbench.cli.main run --suite suites/training-gpu.toml \
   --label device-check-training --out "$OUT/results" > "$OUT/training.txt" 2>&1
 say "training what-if: exit $? (OUT/training.txt)"
+TRAIN_RUN=$(ls -1dt "$OUT"/results/*/*/ 2>/dev/null | head -n 1)   # never mistaken for the suite's below
 tail -n 25 "$OUT/training.txt"
 
 # --- 3. the GPU suite ---------------------------------------------------------------
@@ -166,7 +167,7 @@ RUN=""
 if [ -s "$OUT/run_path" ]; then
   RUN=$(cat "$OUT/run_path")
 else                                  # the suite was stopped: its run keeps what finished
-  RUN=$(ls -1dt "$OUT"/results/*/*/ 2>/dev/null | head -n 1)     # results/HOST/RUN/
+  RUN=$(ls -1dt "$OUT"/results/*/*/ 2>/dev/null | grep -vxF "$TRAIN_RUN" | head -n 1)  # results/HOST/RUN/
   [ -n "$RUN" ] && echo "the suite did not finish (exit $RC); the table of what its run kept:"
 fi
 if [ -n "$RUN" ]; then

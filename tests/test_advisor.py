@@ -83,7 +83,8 @@ def host_run(root, cxl: bool = True, adamw: dict | None = None, label: str = "ho
 
 
 def gpu_run(root, flops_tflops: float = 600.0, copy_GBps: float = 50.0, adamw: float = 1.5e11,
-            config: str = "8b", probed_host_adamw: float = 2e9, optimizer_mode: bool = True):
+            config: str = "8b", probed_host_adamw: float = 2e9, optimizer_mode: bool = True,
+            offload: dict | None = None):
     """A GPU training run: engine none (state in HBM) and offload on ddr0, with the probes
     the training family stores (matmul at the model's shapes, d2h/h2d, device AdamW, the
     offload engine's host AdamW), and the optimizer mode's case on ddr0 unless told not."""
@@ -99,7 +100,8 @@ def gpu_run(root, flops_tflops: float = 600.0, copy_GBps: float = 50.0, adamw: f
                     Sample("tflops", flops_tflops, 0, {"probe": "matmul_model_shape"}),
                     Sample("params_per_s", adamw, 0, {"probe": "adamw", "impl": "fused"})]
     off = synthetic.case_result("training", "ddr0", {**common, "engine": "offload", "params_on": "ddr0",
-                                                     "grads_on": "ddr0"}, {}, "ddr", initiator="gpu:0")
+                                                     "grads_on": "ddr0", **(offload or {})}, {}, "ddr",
+                                initiator="gpu:0")
     off.samples = [Sample("tokens_per_s", 900.0, 0, {"iteration": 0}),
                    Sample("tflops", flops_tflops, 0, {"probe": "matmul_model_shape"}),
                    Sample("bandwidth_GBps", copy_GBps, 0, {"probe": "d2h"}),
@@ -222,6 +224,11 @@ def test_a_gpu_offload_run_alone_supplies_its_hosts_adamw_from_its_own_probe(tmp
     # the optimizer mode's own measurement, where a run has one, is the figure
     both = gpu_run(tmp_path / "both", probed_host_adamw=3.66e9)
     assert advise([both], "1b", tiers=["hbm", "ddr"]).inputs.tiers["ddr0"].adamw.value == ADAMW["ddr"]
+    # a probe on the delayed update's thread team, or of state split across tiers, is not the tier's
+    for i, other in enumerate(({"dpu": True}, {"grads_on": "ddr1"})):
+        elsewhere = gpu_run(tmp_path / f"other{i}", probed_host_adamw=3.66e9, optimizer_mode=False, offload=other)
+        with pytest.raises(AdviceError, match="no CPU AdamW rate with the optimizer state on a DDR tier"):
+            advise([elsewhere], "1b", tiers=["hbm", "ddr"])
 
 
 def test_a_figure_comes_from_the_newest_run_that_has_it(tmp_path):

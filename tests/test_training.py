@@ -697,6 +697,8 @@ def test_the_one_pass_narrowing_rounds_ties_to_even_and_keeps_nan_inf_and_signs(
         nan = torch.isnan(want)
         assert torch.equal(torch.isnan(copy), nan), isa
         assert torch.equal(copy[~nan].view(torch.int16), want[~nan].view(torch.int16)), isa
+    with pytest.raises(ValueError, match="only copy may be 0"):      # not a crash on a NULL gradient
+        _native.adamw_step_bf16(p.data_ptr(), 0, m.data_ptr(), v.data_ptr(), 0, n, 1, 1e-3, 0.9, 0.95, 1e-8, 0.0)
 
 
 def test_a_probe_step_that_updates_nothing_records_no_rate(monkeypatch):
@@ -777,11 +779,14 @@ def test_a_gpu_replays_inputs_up_to_a_quarter_of_its_free_memory_a_cpu_up_to_2_g
 
 
 def test_a_run_learns_when_its_last_three_losses_sit_5_percent_below_its_first():
-    from cxlbench.training.session import learned
+    from cxlbench.training.session import learned, loss_warning
     assert learned([5.55, 5.2, 4.9, 4.6, 4.3, 4.12])
     # the first H200 run's 1b: it fell, by 1.1%, in eleven steps: not yet "learns"
     assert not learned([12.159, 12.153, 12.145, 12.143, 12.109, 12.124, 12.119, 12.070, 12.069, 12.057, 12.030])
     assert not learned([5.0, 4.0, 3.0, 9.0, 9.0, 2.0])      # one low last step is not the median of three
+    assert loss_warning([5.55, 5.2, 4.9, 4.6, 4.3, 4.12]) is None
+    assert loss_warning([12.159, 12.1, 12.05, 12.04, 12.03]).startswith("loss fell less than 5% in 5 steps")
+    assert loss_warning([5.0, 5.5, 6.0, 7.0, 9.0]).startswith("loss rose: 5.000 at the first step, 7.000")
 
 
 def test_the_minimal_twin_runs_the_same_operators_as_the_model_at_trivial_shapes():
@@ -840,7 +845,7 @@ def test_the_optimizer_probe_writes_the_bf16_copy_a_gpu_runs_update_writes():
     copy = _staging(SimpleNamespace(cuda=True, staging=staging), 10_000)
     assert copy.numel() == 10_000 and copy.data_ptr() == staging.data_ptr()
     adamw_probe(10_000, "native", steps=2, warmup=1, chunk=4096, grad_dtype=torch.bfloat16,
-                narrow_into=copy)
+                narrow_into=copy, before_each=copy.zero_)       # so what is there, the last step wrote
     assert staging[:10_000].float().abs().min() > 0 and not staging[10_000:].any()   # p ~ N(0, 0.02)
     assert _staging(SimpleNamespace(cuda=False, staging=None), 10_000) is None  # a CPU run times it apart
 
@@ -876,8 +881,9 @@ def test_the_report_tells_a_placement_with_the_delayed_update_from_the_same_one_
     frame = pd.DataFrame(rows)
     assert list(step_breakdown.rows(frame)["engine"]) == ["offload", "offload + DPU"]
     # the flag is kept only where it is on: the family's other points are off, not unlabelled
-    fam = build.flags_off(frame[frame["metric"] == "tokens_per_s"])
+    fam = build.flags_off(frame[frame["metric"] == "tokens_per_s"].assign(torch_pinned=[True, None]))
     assert list(fam["dpu"]) == [False, True] and build._varying(fam, ["dpu"]) == ["dpu"]
+    assert fam["torch_pinned"].isna().sum() == 1            # True-or-missing, but not a flag axis
     assert build._varying(frame[frame["metric"] == "tokens_per_s"], ["dpu"]) == []   # what it was
 
 

@@ -866,6 +866,8 @@ static PyObject *py_adamw_step_bf16(PyObject *self, PyObject *args)
                           conv_addr, &m, conv_addr, &v, conv_addr, &copy, conv_size, &n, &step, &lr,
                           &beta1, &beta2, &eps, &weight_decay))
         return NULL;
+    if (!p || !g || !m || !v)
+        return PyErr_Format(PyExc_ValueError, "adamw_step_bf16: p, g, m and v need addresses (only copy may be 0)");
     if ((p | m | v) % sizeof(float) || (g | copy) % sizeof(uint16_t))
         return PyErr_Format(PyExc_ValueError,
                             "adamw_step_bf16: p, m, v must be 4-byte aligned fp32, g and copy 2-byte bf16");

@@ -270,16 +270,19 @@ def _probed_adamw(tiers: dict[str, HostTier], run: Run, case: dict, capacity: di
     """A tier no optimizer-mode case measured takes the AdamW rate a GPU offload case
     probed on its own state there (every CPU of the host, the engine's chunks): the
     first H200 run held only this."""
-    params = case.get("params") or {}
-    if params.get("engine") != "offload" or case.get("tier_kind") not in ("ddr", "cxl"):
+    params, target = case.get("params") or {}, case.get("target")
+    # the advisor prices all the state on the tier, on every CPU: a case that split it
+    # across tiers, or stepped on the delayed update's own thread team, measured else
+    if params.get("engine") != "offload" or case.get("tier_kind") not in ("ddr", "cxl") or params.get("dpu") \
+            or params.get("params_on") != target or params.get("grads_on") != target:
         return
-    t = tiers.setdefault(case["target"], HostTier(case["target"], case["tier_kind"]))
-    if t.adamw is not None:
+    if target in tiers and tiers[target].adamw is not None:
         return
     rows = _col(_rows(run, case["case_id"]), "probe", "adamw")
     rows = rows[rows["metric"] == "params_per_s"]
     if rows.empty:
         return
+    t = tiers.setdefault(target, HostTier(target, case["tier_kind"]))
     t.capacity_bytes = t.capacity_bytes or capacity.get(case["target"])
     t.machine = t.machine or machine_of(run.meta)
     impl = str(rows["impl"].iloc[0]) if "impl" in rows.columns else "the engine's"

@@ -659,11 +659,9 @@ def _train_samples(r, info: dict) -> list[Sample]:
             "delayed parameter update: step i's host update ran beside step i+1's forward and "
             "backward, on parameters one update stale" + ("" if gpu else
             "; on a CPU run both sides share the cores, so only NVMe I/O can hide"))}
-    if not r.loss_fell:
-        from cxlbench.training.session import LOSS_FALL
-        info.setdefault("warnings", []).append(
-            f"loss fell less than {LOSS_FALL:.0%} in {len(r.losses)} steps: {r.losses[0]:.3f} at the first, "
-            f"{r.loss_tail:.3f} over the last three (a large model needs more steps to show it learns)")
+    from cxlbench.training.session import loss_warning
+    if (said := loss_warning(r.losses)) is not None:
+        info.setdefault("warnings", []).append(said)
     if v.flagged:
         info.setdefault("warnings", []).append(f"step-time model disagrees by > 20%: {v.summary}")
     return samples

@@ -318,13 +318,17 @@ def _params(frame: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[s
     return cols
 
 
+#: axes a case records only when on, so that the ordinary cases keep their ids (other
+#: True-or-missing columns, such as gpu_bandwidth's torch_pinned, are not flags: absent
+#: there means "not a torch case", not "off")
+FLAG_AXES = ("dpu",)
+
+
 def flags_off(fam: pd.DataFrame) -> pd.DataFrame:
-    """A flag axis is kept only where it is on (dpu: the ordinary cases keep their ids),
-    so where some of a family's points have it the rest are off: said so, or two
-    placements that differ only by it would share one label."""
-    for c in fam.columns:
-        present = fam[c].dropna()
-        if 0 < len(present) < len(fam) and all(isinstance(v, (bool, np.bool_)) for v in present):
+    """Where some of a family's points have a flag axis on, the rest are off: said so,
+    or two placements that differ only by it would share one label."""
+    for c in FLAG_AXES:
+        if c in fam.columns and 0 < fam[c].notna().sum() < len(fam):
             fam = fam.assign(**{c: fam[c].astype(object).where(fam[c].notna(), False)})
     return fam
 

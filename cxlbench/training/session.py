@@ -91,6 +91,17 @@ def learned(losses: list[float]) -> bool:
     return loss_tail(losses) < losses[0] - LOSS_FALL * abs(losses[0])
 
 
+def loss_warning(losses: list[float]) -> str | None:
+    """What the run says when it did not clearly learn: a rise is not a slow fall."""
+    first, tail = losses[0], loss_tail(losses)
+    if tail >= first:
+        return f"loss rose: {first:.3f} at the first step, {tail:.3f} over the last three"
+    if not learned(losses):
+        return (f"loss fell less than {LOSS_FALL:.0%} in {len(losses)} steps: {first:.3f} at the first, "
+                f"{tail:.3f} over the last three (a large model needs more steps to show it learns)")
+    return None
+
+
 def choose_impl(n_params: int, nodes_of_state: dict | None = None, gpu: bool = False) -> tuple[str, dict]:
     """The fastest available CPU AdamW on the run's own tiers (params/s of each, from a
     short probe on up to 4M parameters placed like the run's state), stepping as the
