@@ -19,8 +19,10 @@
 #      memory, the spin kernel, one small case of every family     (<= 60 s)
 #   5. the table last: ours vs torch on the same buffers, the published
 #      figures, the Hopper latencies, crossovers, write penalty    (OUT/table.md)
-#   SMOKE=1 stops after step 1 and a two-minute first look instead (the GPU tests,
-#      the tiny config on every engine): run it first on a leased machine.
+#   SMOKE=1 stops after step 1 and a two-to-three-minute first look instead (the GPU
+#      tests, the training engines' GPU tests among them: the offload engine against
+#      the no-offload reference, DPU's staleness; the tiny config on every engine):
+#      run it first on a leased machine.
 #   PACK=1 then packs OUT's runs into OUT/runs.tgz (a run is three folders down).
 #
 # Under 9 minutes on one H200: every step has a hard limit, and the suite's
@@ -121,8 +123,8 @@ EOF
 if [ "${SMOKE:-0}" = 1 ]; then
   say "smoke: GPU tests"
   PER_TEST=$("$PY" -c 'import pytest_timeout' 2>/dev/null && echo --timeout=20)   # a hang costs one test
-  timeout -k 5 70 "$PY" -m pytest -v -m gpu -p no:cacheprovider -o addopts="" $PER_TEST \
-    tests/test_gpu_device.py > "$OUT/pytest-gpu.txt" 2>&1
+  timeout -k 5 150 "$PY" -m pytest -v -m gpu -p no:cacheprovider -o addopts="" $PER_TEST \
+    tests/test_gpu_device.py tests/test_training_gpu.py > "$OUT/pytest-gpu.txt" 2>&1
   say "smoke: GPU tests exit $?"; tail -n 15 "$OUT/pytest-gpu.txt"
   say "smoke: tiny on the GPU, every engine"
   timeout -k 5 60 "$PY" -m cxlbench.cli.training_check --configs tiny --compute gpu \
