@@ -290,6 +290,8 @@ def test_the_device_checks_dpu_table_runs_the_same_path_on_the_cpu():
     assert len(rows) == 2, lines
     assert "| off |" in rows[0] and "| serial |" in rows[0]
     assert "| on (warm-up 2, staleness 1) |" in rows[1] and "| dpu-shared |" in rows[1]
+    # each case's notes follow the table: on a GPU, why a term is priced as it is
+    assert any(line.startswith("- note (DPU): CPU AdamW chosen") for line in lines[4:])
 
 
 @pytest.mark.skipif(NODE0 is None, reason="no NUMA node 0")

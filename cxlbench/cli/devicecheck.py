@@ -387,6 +387,7 @@ def dpu_check(configs: list[str], optimizer_on: list[str], compute: str = "gpu",
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
         yield "| " + " | ".join(dpu_row(case, samples, info)) + " |"
+        notes += [f"- note ({'DPU' if info.get('dpu') else 'no DPU'}): {n}" for n in info.get("notes") or []]
     yield from notes
 
 

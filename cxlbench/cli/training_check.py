@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         if info["step_model"]["flagged"]:
             print(f"<!-- {case.case_id}: {'; '.join(info['step_model']['disagreements'])} "
                   f"({time.time() - t0:.0f} s) -->")
+        for note in info.get("notes") or []:     # why a term is priced as it is (the compute probe's fate)
+            print(f"<!-- note: {note} -->")
         sys.stdout.flush()
     for case_id, reason in skipped:
         print(f"- skipped {case_id}: {reason}")
