@@ -84,7 +84,7 @@ def host_run(root, cxl: bool = True, adamw: dict | None = None, label: str = "ho
 
 def gpu_run(root, flops_tflops: float = 600.0, copy_GBps: float = 50.0, adamw: float = 1.5e11,
             config: str = "8b", probed_host_adamw: float = 2e9, optimizer_mode: bool = True,
-            offload: dict | None = None):
+            offload: dict | None = None, replayed_s: float | None = None):
     """A GPU training run: engine none (state in HBM) and offload on ddr0, with the probes
     the training family stores (matmul at the model's shapes, d2h/h2d, device AdamW, the
     offload engine's host AdamW), and the optimizer mode's case on ddr0 unless told not."""
@@ -99,6 +99,11 @@ def gpu_run(root, flops_tflops: float = 600.0, copy_GBps: float = 50.0, adamw: f
     none.samples = [Sample("tokens_per_s", 5000.0, 0, {"iteration": 0}),
                     Sample("tflops", flops_tflops, 0, {"probe": "matmul_model_shape"}),
                     Sample("params_per_s", adamw, 0, {"probe": "adamw", "impl": "fused"})]
+    if replayed_s is not None:           # the compute probe: the step's kernels replayed, per step
+        none.samples += [Sample("seconds", replayed_s * f, 0, {"probe": "compute_kernels", "iteration": i})
+                         for i, f in enumerate((0.98, 1.0, 1.05))]
+        none.samples.append(Sample("seconds", 0.0, 0, {"probe": "compute_framework"}))
+        none.info = {"flops_per_token": 6e10, "tokens_per_step": 2048}
     off = synthetic.case_result("training", "ddr0", {**common, "engine": "offload", "params_on": "ddr0",
                                                      "grads_on": "ddr0", **(offload or {})}, {}, "ddr",
                                 initiator="gpu:0")
@@ -229,6 +234,16 @@ def test_a_gpu_offload_run_alone_supplies_its_hosts_adamw_from_its_own_probe(tmp
         elsewhere = gpu_run(tmp_path / f"other{i}", probed_host_adamw=3.66e9, optimizer_mode=False, offload=other)
         with pytest.raises(AdviceError, match="no CPU AdamW rate with the optimizer state on a DDR tier"):
             advise([elsewhere], "1b", tiers=["hbm", "ddr"])
+
+
+def test_a_gpu_run_that_replayed_its_step_prices_compute_at_what_its_kernels_achieved(tmp_path):
+    replayed = gpu_run(tmp_path / "r", flops_tflops=600.0, replayed_s=0.41)
+    f = advise([replayed], "8b", tiers=["hbm", "ddr"]).inputs.gpu.flops
+    assert f.value == pytest.approx(6e10 * 2048 / 0.41 / 1e12)        # 300 TFLOP/s, not the GEMM's 600
+    assert "step's own kernels" in f.name and "410 ms" in f.detail and f.source.kind == MEASURED
+    plain = gpu_run(tmp_path / "p", flops_tflops=600.0)
+    g = advise([plain], "8b", tiers=["hbm", "ddr"]).inputs.gpu.flops
+    assert g.value == 600.0 and "a bound" in g.detail                 # no replay: the GEMM rate, said so
 
 
 def test_a_figure_comes_from_the_newest_run_that_has_it(tmp_path):

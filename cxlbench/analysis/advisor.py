@@ -366,12 +366,14 @@ def _gpu_from_runs(runs: Sequence[Run], model: str | None) -> GpuInputs | None:
         return None
     run, case = shape
     config = case["params"]["config"]
-    src = _gpu_measured(run, case["case_id"], gpu_index(shape))
     detail = f"at {config}'s shapes (batch {case['params'].get('batch')} × seq {case['params'].get('seq')})"
     if model and config != model:
         detail += f", not {model}'s: a GPU run of {model} would probe its own"
-    flops = Figure("GPU matmul rate at the model's shapes (F_eff)", probe(shape, "tflops", "matmul_model_shape"),
-                   "TFLOP/s", src, detail + "; the step model prices compute at it")
+    flops = _replayed_rate(ranked, config, detail, gpu_index) or Figure(
+        "GPU matmul rate at the model's shapes (F_eff)", probe(shape, "tflops", "matmul_model_shape"), "TFLOP/s",
+        _gpu_measured(run, case["case_id"], gpu_index(shape)),
+        detail + "; the step model prices compute at it (no case of this config replayed its step's "
+                 "kernels: a bound, the first H200 run's 1b stepped at 0.55 of it)")
     gpus = (run.meta.get("machine") or {}).get("gpus") or []
     g = next((x for x in gpus if x.get("index") == gpu_index(shape)), gpus[0] if gpus else {})
     if not g.get("memory_bytes"):
@@ -396,6 +398,29 @@ def _gpu_from_runs(runs: Sequence[Run], model: str | None) -> GpuInputs | None:
         _gpu_measured(rc[0], rc[1]["case_id"], gpu_index(rc)), "torch's fused AdamW on the device")
     return GpuInputs(f"{_gpu_name(run, gpu_index(shape))} on {machine_of(run.meta)}, measured", flops, hbm,
                      copies["d2h"], copies["h2d"], adamw, [], config)
+
+
+def _replayed_rate(ranked: list[tuple[Run, dict]], config: str, detail: str, gpu_index) -> Figure | None:
+    """F_eff as the step's own kernels achieved it: the model FLOPs of one step over the
+    compute probe's seconds (the kernels replayed, plus the framework's overhead), from a
+    case of `config`, all on HBM first. The step model's compute term on that run; a GEMM
+    at the model's shapes alone runs faster than the step does."""
+    for run, case in sorted((rc for rc in ranked if rc[1]["params"]["config"] == config),
+                            key=lambda rc: rc[1]["params"]["engine"] != "none"):
+        rows = _rows(run, case["case_id"])
+        rows = rows[rows["metric"] == "seconds"] if not rows.empty else rows
+        kernels = _median(_col(rows, "probe", "compute_kernels"))
+        framework = _median(_col(rows, "probe", "compute_framework")) or 0.0
+        info = case.get("info") or {}
+        if not kernels or kernels + framework <= 0 or not info.get("flops_per_token") \
+                or not info.get("tokens_per_step"):
+            continue
+        rate = info["flops_per_token"] * info["tokens_per_step"] / (kernels + framework) / 1e12
+        return Figure("GPU compute rate of the step's own kernels (F_eff)", rate, "TFLOP/s",
+                      _gpu_measured(run, case["case_id"], gpu_index((run, case))),
+                      f"{detail}; model FLOPs over the compute probe's {(kernels + framework) * 1e3:.3g} ms "
+                      f"(the step's kernels replayed + the framework's overhead)")
+    return None
 
 
 def _gpu_from_datasheet(spec: GpuSpec, mfu: float, runs: Sequence[Run]) -> GpuInputs:
