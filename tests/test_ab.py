@@ -53,6 +53,19 @@ def test_a_change_between_configurations_is_judged_on_paired_ratios(tmp_path):
     assert verdicts["same"].verdict == "same" and verdicts["same"].ratio == pytest.approx(1.0)
 
 
+def test_a_verdict_whose_arms_buffers_differ_in_contiguity_says_so(tmp_path):
+    from cxlbench.analysis.paired import format_verdicts
+    configs = ('[[config]]\nname = "base"\nenv = { CXLBENCH_FAKE = "100", CXLBENCH_FAKE_CONTIG = "0.95" }\n\n'
+               '[[config]]\nname = "scattered"\nenv = { CXLBENCH_FAKE = "110", CXLBENCH_FAKE_CONTIG = "0.60" }\n\n'
+               '[[config]]\nname = "alike"\nenv = { CXLBENCH_FAKE = "110", CXLBENCH_FAKE_CONTIG = "0.90" }\n')
+    where = run_session(load_session(ab_file(tmp_path, configs, modes=["env"])), out=str(tmp_path / "r"))
+    judged = judge_session(where)
+    verdicts = {v.config: v.change for v in judged.verdicts}
+    assert verdicts["scattered"].verdict == "slower" and "physical contiguity (0.95 → 0.60" in verdicts["scattered"].note
+    assert verdicts["alike"].verdict == "slower" and not verdicts["alike"].note        # 0.05 apart: no note
+    assert "slower" in format_verdicts(judged) and "(the runs' buffers differ" in format_verdicts(judged)
+
+
 def test_a_session_whose_every_round_was_crowded_out_exits_2_saying_so(tmp_path, capsys):
     where = run_session(load_session(ab_file(tmp_path, TWO, rounds=2, modes=["crowded"])), out=str(tmp_path / "r"))
     assert judge_session(where).verdicts == []

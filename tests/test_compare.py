@@ -204,8 +204,8 @@ def test_calibrate_sees_run_to_run_noise_that_repetitions_hide(tmp_path):
     assert before > 0.25 and after <= 0.05
 
 
-def _latency_run(rng, center, held, label, contiguity=None):
-    values = {"latency_ns": syn.noisy(rng, center, 0.01, 5)}
+def _latency_run(rng, center, held, label, contiguity=None, metric="latency_ns"):
+    values = {metric: syn.noisy(rng, center, 0.01, 5)}
     res = syn.case_result("latency", "ddr0", {"working_set_bytes": 2**30, "page": "4k"}, values,
                           sample_params=lambda rep, i: {"cpu_held": held[rep],
                                                         "phys_contiguity": (contiguity or [None] * 5)[rep]})
@@ -227,6 +227,11 @@ def test_a_change_between_runs_whose_buffers_differ_in_contiguity_says_so_and_st
     assert compare([base, unknown]).rows.iloc[0]["note"] == ""   # hidden frames: nothing to say
     assert compare([base, _latency_run(rng, 100.0, quiet, "E", [0.5] * 5)]).rows.iloc[0]["verdict"] == "same"
     assert compare([base, _latency_run(rng, 100.0, quiet, "E", [0.5] * 5)]).rows.iloc[0]["note"] == ""
+    # the L1 floor's chase: its buffer's frames do not move it, so no note however they differ
+    floors = [_latency_run(rng, c, quiet, n, k, metric="floor_p99_ns")
+              for c, n, k in ((100.0, "F", [0.95] * 5), (120.0, "G", [0.2] * 5))]
+    row = compare(floors).rows.iloc[0]
+    assert row["verdict"] == "slower" and row["note"] == ""
 
 
 def test_interference_in_either_run_withholds_a_verdict():

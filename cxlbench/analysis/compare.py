@@ -327,7 +327,8 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
             rat = ratio_ci(bv, cv, confidence, th.noise_for(bench))
             ch = discount_instability(judge(rat, better, thr), bv, cv)
             ch = discount_interference(ch, held.get((0, r["point_b"]), 1.0), held.get((i, r["point_c"]), 1.0))
-            ch = note_contiguity(ch, contiguity.get((0, r["point_b"])), contiguity.get((i, r["point_c"])))
+            if not metric.startswith("floor_"):    # the floor chases within L1: frames do not move it
+                ch = note_contiguity(ch, contiguity.get((0, r["point_b"])), contiguity.get((i, r["point_c"])))
             note = ch.note
             if str(r["better_c"]) != better:
                 ch, note = judge(ratio_ci([], []), better, thr), "the runs disagree on the direction"

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis.reduction import repetitions
-from cxlbench.analysis.stats import (CONFIDENCE, HELD_MIN, INCONCLUSIVE, VERDICTS, Change, Ratio,
-                                     judge, smallest_n, t_quantile)
+from cxlbench.analysis.stats import (CONFIDENCE, HELD_MIN, INCONCLUSIVE, VERDICTS, Change, Ratio, judge,
+                                     note_contiguity, smallest_n, t_quantile)
 from cxlbench.analysis.thresholds import parse_fraction
 from cxlbench.results.store import ResultsError, load_run
 
@@ -119,15 +119,27 @@ def judge_session(path: str | Path, threshold: float | str | None = None,
     record = load_session(path)
     th = parse_fraction(threshold if threshold is not None else record.get("threshold", "10%"))
     out = SessionVerdicts([c["name"] for c in record["configs"]], th)
+    contiguity = [_contiguity(load_run(c["run"]).samples) for c in record["configs"]]
     for r in session_rounds(record):
         ratio = paired_ratio(r.base, r.current, confidence)
-        change = judge(ratio, r.better, th)
+        change = note_contiguity(judge(ratio, r.better, th), contiguity[0].get(r.base_case),
+                                 contiguity[r.config].get(r.case))
         needed = rounds_needed(ratio, th) if change.verdict == INCONCLUSIVE else float(ratio.n_base)
         out.verdicts.append(PairedVerdict(r.index, r.benchmark, r.metric, r.point, out.configs[r.config],
                                           change, ratio.n_base, needed))
     if not out.verdicts:
         out.why_none = _why_none(record)
     return out
+
+
+def _contiguity(samples: pd.DataFrame) -> dict[str, float]:
+    """case id -> the median share of its buffers' pages on consecutive frames (none
+    where the frames were hidden): an A/B whose arms' buffers differ here (sentinels
+    on and off did, docs/validation.md run L) is told so beside its verdict."""
+    if samples.empty or "phys_contiguity" not in samples.columns:
+        return {}
+    med = samples.dropna(subset=["phys_contiguity"]).groupby("case_id")["phys_contiguity"].median()
+    return {str(k): float(v) for k, v in med.items()}
 
 
 def _why_none(record: dict[str, Any]) -> str:
@@ -155,6 +167,8 @@ class PairRounds:
     config: int                # the configuration's place; 0 is the baseline
     base: list[float]
     current: list[float]
+    base_case: str = ""        # the case ids the two sides ran as
+    case: str = ""
 
 
 def session_rounds(record: dict[str, Any]) -> Iterator[PairRounds]:
@@ -173,7 +187,8 @@ def session_rounds(record: dict[str, Any]) -> Iterator[PairRounds]:
                 idx = sorted(set(base) | set(cur))
                 point = " vs ".join(dict.fromkeys([base_id, pair["cases"][k]])) + ("|" + axes if axes else "")
                 yield PairRounds(pair["index"], pair["benchmark"], metric, better, point, k,
-                                 [base.get(r, math.nan) for r in idx], [cur.get(r, math.nan) for r in idx])
+                                 [base.get(r, math.nan) for r in idx], [cur.get(r, math.nan) for r in idx],
+                                 base_id, pair["cases"][k])
 
 
 def _rounds(samples: pd.DataFrame, per_round: int) -> dict[str, dict[tuple, dict[int, float]]]:
@@ -236,10 +251,9 @@ def format_verdicts(v: SessionVerdicts) -> str:
         c = x.change
         ci = f"[{c.lo:.3f}, {c.hi:.3f}]" if math.isfinite(c.lo) else "—"
         mde = f"{c.mde:.1%}" if math.isfinite(c.mde) else "—"
-        tail = ""
-        if c.verdict == INCONCLUSIVE:
-            tail = (f"  ({c.note})" if c.note else
-                    f"  (decided after ~{x.rounds_needed:.0f} rounds)" if math.isfinite(x.rounds_needed)
+        tail = f"  ({c.note})" if c.note else ""
+        if c.verdict == INCONCLUSIVE and not c.note:
+            tail = (f"  (decided after ~{x.rounds_needed:.0f} rounds)" if math.isfinite(x.rounds_needed)
                     else "  (at the threshold's edge: no number of rounds decides it)")
         lines.append(f"{c.verdict:<12} {c.ratio:7.3f} {ci:>17} {mde:>6}  {x.config}: {x.point} "
                      f"{x.metric}{tail}")

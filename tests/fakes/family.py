@@ -46,7 +46,9 @@ def measure(case, env, info):
     if mode == "hang":
         time.sleep(60)
     if mode == "env":                              # what its worker's environment says
-        return [Sample("latency_ns", float(os.environ.get("CXLBENCH_FAKE", "1")), r)
+        contiguity = os.environ.get("CXLBENCH_FAKE_CONTIG")
+        found = {"phys_contiguity": float(contiguity)} if contiguity else {}
+        return [Sample("latency_ns", float(os.environ.get("CXLBENCH_FAKE", "1")), r, found)
                 for r in range(case.repetitions)]
     if mode == "converge":                         # repetition g (of the whole case): ever closer to level
         return [Sample("latency_ns", case.params["level"] * (1 + 0.5 * (-1) ** g / (g + 1)), r)
