@@ -119,8 +119,9 @@ def judge_session(path: str | Path, threshold: float | str | None = None,
     record = load_session(path)
     th = parse_fraction(threshold if threshold is not None else record.get("threshold", "10%"))
     out = SessionVerdicts([c["name"] for c in record["configs"]], th)
-    contiguity = [_contiguity(load_run(c["run"]).samples) for c in record["configs"]]
-    for r in session_rounds(record):
+    runs = [load_run(c["run"]) for c in record["configs"]]
+    contiguity = [_contiguity(run.samples) for run in runs]
+    for r in session_rounds(record, runs):
         ratio = paired_ratio(r.base, r.current, confidence)
         change = note_contiguity(judge(ratio, r.better, th), contiguity[0].get(r.base_case),
                                  contiguity[r.config].get(r.case))
@@ -128,7 +129,7 @@ def judge_session(path: str | Path, threshold: float | str | None = None,
         out.verdicts.append(PairedVerdict(r.index, r.benchmark, r.metric, r.point, out.configs[r.config],
                                           change, ratio.n_base, needed))
     if not out.verdicts:
-        out.why_none = _why_none(record)
+        out.why_none = _why_none([run.samples for run in runs])
     return out
 
 
@@ -142,9 +143,8 @@ def _contiguity(samples: pd.DataFrame) -> dict[str, float]:
     return {str(k): float(v) for k, v in med.items()}
 
 
-def _why_none(record: dict[str, Any]) -> str:
+def _why_none(samples: list[pd.DataFrame]) -> str:
     """Why a session gave no point to judge: nothing measured, or nothing kept."""
-    samples = [load_run(c["run"]).samples for c in record["configs"]]
     total = sum(len(s) for s in samples)
     if total == 0:
         return "its runs hold no samples (every case skipped or failed, or the session was stopped first)"
@@ -171,9 +171,10 @@ class PairRounds:
     case: str = ""
 
 
-def session_rounds(record: dict[str, Any]) -> Iterator[PairRounds]:
-    """Every point of every pair of a session record, each configuration against the first."""
-    runs = [load_run(c["run"]) for c in record["configs"]]
+def session_rounds(record: dict[str, Any], runs: list | None = None) -> Iterator[PairRounds]:
+    """Every point of every pair of a session record, each configuration against the first
+    (`runs`: its configurations' runs, when the caller has loaded them already)."""
+    runs = runs if runs is not None else [load_run(c["run"]) for c in record["configs"]]
     per_round = record.get("repetitions", 1)
     rounds = [_rounds(r.samples, per_round) for r in runs]
     for pair in record["pairs"]:

@@ -70,10 +70,6 @@ class RunResult:
         return [s.loss for s in self.warmup + self.steps]
 
     @property
-    def loss_tail(self) -> float:
-        return loss_tail(self.losses)
-
-    @property
     def loss_fell(self) -> bool:
         return learned(self.losses)
 
