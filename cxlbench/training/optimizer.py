@@ -115,16 +115,21 @@ def adamw_update(params: list[torch.Tensor], grads: list[torch.Tensor],
             amsgrad=False, beta1=hyper.betas[0], beta2=hyper.betas[1], lr=hyper.lr,
             weight_decay=hyper.weight_decay, eps=hyper.eps, maximize=False)
     elif impl == "native":
-        kernel = _native_adamw()
         for p, g, m, v, s in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
-            s += 1
-            kernel(p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), p.numel(),
-                   int(s.item()), hyper.lr, hyper.betas[0], hyper.betas[1], hyper.eps,
-                   hyper.weight_decay)
+            _native_step(_native_adamw(), p, g, m, v, s, hyper)
     elif impl == "deepspeed":
         _deepspeed_update(params, grads, exp_avgs, exp_avg_sqs, steps, hyper)
     else:
         raise ValueError(unavailable(impl))
+
+
+def _native_step(kernel, p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+                 step: torch.Tensor, hyper: AdamWHyper, *copy: int) -> None:
+    """One call of a C core AdamW kernel (adamw_step, or adamw_step_bf16 with the copy's
+    address after v) on contiguous tensors; step is incremented first, torch's way."""
+    step += 1
+    kernel(p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), *copy, p.numel(), int(step.item()),
+           hyper.lr, hyper.betas[0], hyper.betas[1], hyper.eps, hyper.weight_decay)
 
 
 _DS_OPTIMIZERS: dict[AdamWHyper, object] = {}
@@ -185,11 +190,8 @@ class HostAdamW:
         for i, (s, e) in enumerate(self.bounds):
             copy = self.narrow_into[s:e] if self.narrow_into is not None else None
             if fused is not None:
-                self.steps[i] += 1
-                h = self.hyper
-                fused(self.p[s:e].data_ptr(), grads[s:e].data_ptr(), self.m[s:e].data_ptr(),
-                      self.v[s:e].data_ptr(), copy.data_ptr() if copy is not None else 0, e - s,
-                      int(self.steps[i].item()), h.lr, h.betas[0], h.betas[1], h.eps, h.weight_decay)
+                _native_step(fused, self.p[s:e], grads[s:e], self.m[s:e], self.v[s:e], self.steps[i],
+                             self.hyper, copy.data_ptr() if copy is not None else 0)
             else:
                 g = widen(grads[s:e], self.scratch)
                 adamw_update([self.p[s:e]], [g], [self.m[s:e]], [self.v[s:e]], [self.steps[i]],
