@@ -245,8 +245,9 @@ def _host_tiers(runs: Sequence[Run]) -> tuple[dict[str, HostTier], dict[str, str
             elif t.adamw is None:
                 t.adamw = _best_adamw(rows, source, f"CPU AdamW, optimizer state on {t.name}")
     for run in sorted(runs, key=_started, reverse=True):
+        capacity = capacity_of(run)
         for c in _gpu_trained(run):                            # else a GPU offload run's own probe
-            _probed_adamw(tiers, run, c, capacity_of(run))
+            _probed_adamw(tiers, run, c, capacity)
     for run in sorted(runs, key=_started, reverse=True):      # NVMe bandwidth from the storage family
         for c in run.meta.get("cases") or []:
             if c.get("benchmark") == "storage" and c.get("tier_kind") == "nvme" and c.get("status") == "ok":
@@ -283,7 +284,7 @@ def _probed_adamw(tiers: dict[str, HostTier], run: Run, case: dict, capacity: di
     if rows.empty:
         return
     t = tiers.setdefault(target, HostTier(target, case["tier_kind"]))
-    t.capacity_bytes = t.capacity_bytes or capacity.get(case["target"])
+    t.capacity_bytes = t.capacity_bytes or capacity.get(target)
     t.machine = t.machine or machine_of(run.meta)
     impl = str(rows["impl"].iloc[0]) if "impl" in rows.columns else "the engine's"
     t.adamw = Figure(f"CPU AdamW, optimizer state on {t.name}", float(rows["value"].median()), "params/s",

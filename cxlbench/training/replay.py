@@ -33,9 +33,10 @@ compute = kernels + framework. On a GPU the replay's wall clock (synchronised)
 covers both the launches and the device's work; the sum is right while the host's
 issuing dominates, and overstates by the framework term (a few ms) when the device
 does (untested until a GPU run). Where the operators can't be replayed — a model
-whose parameters exceed byte_limit (2 GiB on a CPU, a quarter of a GPU's free memory), a minimal twin that runs other operators
-(attention kernels chosen by head size on a GPU), any error — the run says why in
-its notes and the model prices compute as FLOPs at the measured GEMM rate.
+whose parameters exceed byte_limit (2 GiB on a CPU, a quarter of a GPU's free
+memory), a minimal twin that runs other operators (attention kernels chosen by head
+size on a GPU), any error — the run says why in its notes and the model prices
+compute as FLOPs at the measured GEMM rate.
 """
 from __future__ import annotations
 
