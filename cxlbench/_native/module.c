@@ -831,6 +831,16 @@ static PyObject *py_lines_check(PyObject *self, PyObject *args, PyObject *kw)
 
 /* ---- the CPU optimizer step ------------------------------------------------ */
 
+/* What an AdamW kernel's return means to the caller named `what`. */
+static PyObject *adamw_result(int err, const char *what)
+{
+    if (err == EINVAL)
+        return PyErr_Format(PyExc_ValueError, "%s: step counts from 1", what);
+    if (err)
+        return OS_FAIL(err, "%s: %s", what, strerror(err));
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_adamw_step(PyObject *self, PyObject *args)
 {
     uintptr_t p, g, m, v;
@@ -848,11 +858,7 @@ static PyObject *py_adamw_step(PyObject *self, PyObject *args)
     err = cb_adamw((float *)p, (const float *)g, (float *)m, (float *)v, n, step, lr, beta1,
                    beta2, eps, weight_decay);
     Py_END_ALLOW_THREADS
-    if (err == EINVAL)
-        return PyErr_Format(PyExc_ValueError, "adamw_step: step counts from 1");
-    if (err)
-        return OS_FAIL(err, "adamw_step: %s", strerror(err));
-    Py_RETURN_NONE;
+    return adamw_result(err, "adamw_step");
 }
 
 /* copy: an address, or 0 for none */
@@ -876,11 +882,7 @@ static PyObject *py_adamw_step_bf16(PyObject *self, PyObject *args)
     err = cb_adamw_bf16((float *)p, (const uint16_t *)g, (float *)m, (float *)v, (uint16_t *)copy, n,
                         step, lr, beta1, beta2, eps, weight_decay);
     Py_END_ALLOW_THREADS
-    if (err == EINVAL)
-        return PyErr_Format(PyExc_ValueError, "adamw_step_bf16: step counts from 1");
-    if (err)
-        return OS_FAIL(err, "adamw_step_bf16: %s", strerror(err));
-    Py_RETURN_NONE;
+    return adamw_result(err, "adamw_step_bf16");
 }
 
 static PyObject *py_line_op_bytes(PyObject *self, PyObject *args, PyObject *kw)
