@@ -649,6 +649,8 @@ def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice(threads, isa, monkeypa
     with pytest.raises(ValueError, match="step counts from 1"):
         _native.adamw_step(p0.data_ptr(), p0.data_ptr(), p0.data_ptr(), p0.data_ptr(), 8, 0,
                            1e-3, 0.9, 0.95, 1e-8, 0.1)
+    with pytest.raises(ValueError, match="need addresses"):          # not a crash on a NULL gradient
+        _native.adamw_step(p0.data_ptr(), 0, p0.data_ptr(), p0.data_ptr(), 8, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1)
 
 
 @pytest.mark.parametrize("isa", ["best", "avx2", "scalar"])

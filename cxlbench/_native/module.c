@@ -851,6 +851,8 @@ static PyObject *py_adamw_step(PyObject *self, PyObject *args)
                           conv_addr, &m, conv_addr, &v, conv_size, &n, &step, &lr, &beta1,
                           &beta2, &eps, &weight_decay))
         return NULL;
+    if (!p || !g || !m || !v)
+        return PyErr_Format(PyExc_ValueError, "adamw_step: p, g, m and v need addresses");
     if ((p | g | m | v) % sizeof(float))
         return PyErr_Format(PyExc_ValueError, "adamw_step: buffers must be 4-byte aligned fp32");
     int err;
