@@ -388,3 +388,50 @@ def test_gate_passes_a_run_whose_tail_is_like_its_history(tmp_path, capsys):
     rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13]),
                "--confirm", "later"])
     assert rc == 0, capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ physical contiguity
+
+def _contiguity_runs(tmp_path: Path, n: int, slow_from: int, contiguity_from: dict[int, float]) -> list[Path]:
+    """n runs of one latency case, 10% slower from run `slow_from`; each run's buffers
+    0.94 contiguous unless `contiguity_from` says otherwise from that run on."""
+    from tests.fakes.synthetic import case_result, noisy
+    rng = np.random.default_rng(11)
+    paths = []
+    for i in range(n):
+        contig = 0.94
+        for start, value in sorted(contiguity_from.items()):
+            contig = value if i >= start else contig
+        params = {"working_set_bytes": 1 << 30, "page": "4k", "pattern": "random", "chains": 1, "line_bytes": 64}
+        result = case_result("latency", "ddr0", params, {
+            "latency_ns": noisy(rng, 140.0 * (1.1 if i >= slow_from else 1.0), 0.01, 5)},
+            sample_params=lambda rep, i, c=contig: {"page_bytes": 4096, "huge_coverage": 0.0, "phys_contiguity": c})
+        m, tiers = machine(cxl=False)
+        p = write_run(tmp_path / "results", [result], m=m, tiers=tiers, suite="ci", label=f"r{i}")
+        meta = json.loads((p / "run.json").read_text())
+        meta["started"] = (START + pd.Timedelta(minutes=15 * i)).isoformat()
+        (p / "run.json").write_text(json.dumps(meta))
+        paths.append(p)
+    return paths
+
+
+def test_a_suspect_run_whose_buffers_sat_on_scattered_frames_says_so(tmp_path, capsys):
+    paths = _contiguity_runs(tmp_path, 14, slow_from=13, contiguity_from={13: 0.77})
+    v = _judge(paths, 13)
+    (row,) = v.rows.to_dict("records")
+    assert row["verdict"] == "suspect" and row["contiguity_history"] == 0.94 and row["contiguity"] == 0.77
+    assert "0.94 → 0.77 of pages on consecutive frames" in row["note"]
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13])])
+    assert rc == 3 and "note: " in capsys.readouterr().out
+
+
+def test_a_suspect_run_on_frames_like_its_history_carries_no_note(tmp_path):
+    paths = _contiguity_runs(tmp_path, 14, slow_from=13, contiguity_from={13: 0.86})
+    (row,) = _judge(paths, 13).rows.to_dict("records")
+    assert row["verdict"] == "suspect" and row["note"] == ""
+
+
+def test_a_passing_run_carries_no_contiguity_note_whatever_its_frames(tmp_path):
+    paths = _contiguity_runs(tmp_path, 14, slow_from=99, contiguity_from={13: 0.5})
+    (row,) = _judge(paths, 13).rows.to_dict("records")
+    assert row["verdict"] == "pass" and row["contiguity"] == 0.5 and row["note"] == ""

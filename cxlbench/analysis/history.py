@@ -213,10 +213,11 @@ def run_rows(run: Run, normalize: str | None = None, reference: dict[str, float]
     if normalize:
         cases = drift.normalize(samples, run.meta, reference or None, drift.probes_asked(normalize))
         samples = pd.concat([cases, drift.sentinels_only(samples, run.meta)], ignore_index=True)
-    pts = points(repetitions(samples))
+    reps = repetitions(samples)
+    pts = points(reps)
     if pts.empty:
         return pts
-    pts = pts.assign(precision=precision(pts), headline="")
+    pts = pts.assign(precision=precision(pts), headline="", contiguity=_contiguity(reps, pts))
     if "sentinel" in pts.columns:
         pts = pts.rename(columns={"sentinel": "relative_to"})
     for f in figures(drift.cases_only(run.samples, run.meta), run.meta, pts):
@@ -224,8 +225,17 @@ def run_rows(run: Run, normalize: str | None = None, reference: dict[str, float]
     # one key per series: a case's metrics are separate figures
     pts["point"] = pts["point"] + ":" + pts["metric"].astype(str)
     cols = ["point", "case_id", "benchmark", "target", "tier_kind", "metric", "unit", "better",
-            "median", "lo", "hi", "n", "rcv", "precision", "headline", "relative_to"]
+            "median", "lo", "hi", "n", "rcv", "precision", "headline", "relative_to", "contiguity"]
     return pts[[c for c in cols if c in pts.columns]]
+
+
+def _contiguity(reps: pd.DataFrame, pts: pd.DataFrame) -> np.ndarray:
+    """Each point's median physical contiguity over its repetitions (a repetition's
+    buffers are its case's, whatever the metric); NaN where not recorded."""
+    if "phys_contiguity" not in reps.columns:
+        return np.full(len(pts), np.nan)
+    per_case = pd.to_numeric(reps["phys_contiguity"], errors="coerce").groupby(reps["case_id"]).median()
+    return pts["case_id"].map(per_case).to_numpy(float)
 
 
 def labels(rows: pd.DataFrame) -> list[str]:

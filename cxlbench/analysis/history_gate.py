@@ -30,7 +30,7 @@ import pandas as pd
 from scipy.stats import false_discovery_control
 
 from cxlbench.analysis.history import History, labels, run_rows
-from cxlbench.analysis.stats import t_cdf, t_quantile
+from cxlbench.analysis.stats import contiguity_note, t_cdf, t_quantile
 from cxlbench.results.store import Run
 
 PASS, SUSPECT, FAIL, ERROR, SHORT = "pass", "suspect", "fail", "error", "inconclusive"
@@ -128,8 +128,7 @@ def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = 
     cur["label"] = [known.get(p, own) for p, own in zip(cur["point"], labels(cur))]
     conf = [run_rows(c, h.normalize, h.reference).set_index("point")["median"] for c in confirmations]
     base = h.rows[h.rows["run_id"].isin(ref)]
-    rows = [_point(row, base[base["point"] == row["point"]]["median"].to_numpy(float), conf, rule)
-            for _, row in cur.iterrows()]
+    rows = [_point(row, base[base["point"] == row["point"]], conf, rule) for _, row in cur.iterrows()]
     table = pd.DataFrame(rows)
     verdict = HistoryVerdict(PASS, table, rule, current.run_id, ref, [c.run_id for c in confirmations],
                              normalize=h.normalize)
@@ -142,14 +141,16 @@ def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = 
     return _decide(verdict)
 
 
-def _point(row: pd.Series, hist: np.ndarray, conf: list[pd.Series], rule: Rule) -> dict:
+def _point(row: pd.Series, base: pd.DataFrame, conf: list[pd.Series], rule: Rule) -> dict:
     higher = row["better"] == "higher"
+    hist = base["median"].to_numpy(float)
     hist = hist[np.isfinite(hist) & (hist > 0)]
     out = {"point": row["point"], "label": row["label"], "headline": row["headline"],
            "relative_to": row.get("relative_to") if isinstance(row.get("relative_to"), str) else "", "benchmark": row["benchmark"],
            "target": row["target"], "metric": row["metric"], "unit": row["unit"], "better": row["better"],
            "current": row["median"], "n_history": len(hist), "baseline": math.nan, "noise": math.nan,
-           "change": math.nan, "p": math.nan, "confirm_changes": [], "confirm_p": []}
+           "change": math.nan, "p": math.nan, "confirm_changes": [], "confirm_p": [],
+           "contiguity": _finite(row.get("contiguity")), "contiguity_history": _median(base, "contiguity")}
     if len(hist) < 3 or not (row["median"] > 0):
         return out
     out["baseline"] = float(np.exp(np.mean(np.log(hist))))
@@ -161,6 +162,22 @@ def _point(row: pd.Series, hist: np.ndarray, conf: list[pd.Series], rule: Rule) 
         out["confirm_changes"].append(ch)
         out["confirm_p"].append(p)
     return out
+
+
+def _finite(x) -> float:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return x if math.isfinite(x) else math.nan
+
+
+def _median(rows: pd.DataFrame, column: str) -> float:
+    """The history's median of a per-run column, NaN where no run recorded it."""
+    if column not in rows.columns:
+        return math.nan
+    x = pd.to_numeric(rows[column], errors="coerce").dropna()
+    return float(x.median()) if len(x) else math.nan
 
 
 def detectable(noise: float, n: int, points: int, rule: Rule) -> float:
@@ -187,12 +204,22 @@ def _decide(v: HistoryVerdict) -> HistoryVerdict:
     t.loc[suspect & ~waiting & ~pd.Series(confirmed, index=t.index), "verdict"] = "not confirmed"
     good = [(c >= rule.threshold) if h else (c <= -rule.threshold) for c, h in zip(t["change"], higher)]
     t.loc[(t["q"] <= rule.q) & pd.Series(good, index=t.index), "verdict"] = "faster"
+    t["note"] = [_contiguity_note(r) for r in t.to_dict("records")]
     v.status = FAIL if any(confirmed) else (SUSPECT if waiting.any() else PASS)
     if waiting.any():
         n = int(waiting.sum())
         v.notes.append(f"{n} suspect point{'s' if n > 1 else ''}: take {rule.confirmations} more runs at "
                        f"least {rule.spacing_s / 60:g} min apart, then gate again with --confirm")
     return v
+
+
+def _contiguity_note(r: dict) -> str:
+    """A point called anything but pass whose buffers sat on frames unlike its history's
+    says so (as `ab` and `compare` do); the floor chases one page in L1, which frames
+    cannot move, so its metrics never carry it."""
+    if r["verdict"] == "pass" or str(r["metric"]).startswith("floor_"):
+        return ""
+    return contiguity_note(r.get("contiguity_history"), r.get("contiguity"), sides="the history's and this run's")
 
 
 def _spacing_errors(current: Run, confirmations: list[Run], rule: Rule) -> list[str]:

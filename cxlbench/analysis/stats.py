@@ -305,18 +305,28 @@ def discount_interference(change: Change, held_base: float, held_cur: float,
 CONTIGUITY_APART = 0.10
 
 
+def contiguity_note(base: float | None, cur: float | None, apart: float = CONTIGUITY_APART,
+                    sides: str = "the runs'") -> str:
+    """The note for two sets of buffers whose shares of pages on consecutive frames
+    differ by `apart` or more, "" where they do not or either is unknown (frames hidden)."""
+    # rounded: 0.94 - 0.84 is 0.0999… in binary, and "0.10 or more" should hold it
+    if base is None or cur is None or not (math.isfinite(base) and math.isfinite(cur)) \
+            or round(abs(cur - base), 6) < apart:
+        return ""
+    return (f"{sides} buffers differ in physical contiguity ({base:.2f} → {cur:.2f} of pages on "
+            f"consecutive frames); on this project's VM scattered frames alone read up to a fifth slower "
+            f"(docs/validation.md run L)")
+
+
 def note_contiguity(change: Change, base: float | None, cur: float | None,
                     apart: float = CONTIGUITY_APART) -> Change:
     """A faster/slower verdict whose runs' buffers differ in physical contiguity says
     so: the change may be where the kernel put the pages, not the memory path. The
     verdict stands (the effect is measured only on a VM), the note tells the reader
-    to re-run before believing it. Contiguity unknown (frames hidden): no note."""
-    # rounded: 0.94 - 0.84 is 0.0999… in binary, and "0.10 or more" should hold it
-    if change.verdict not in (FASTER, SLOWER) or base is None or cur is None or round(abs(cur - base), 6) < apart:
+    to re-run before believing it."""
+    note = contiguity_note(base, cur, apart) if change.verdict in (FASTER, SLOWER) else ""
+    if not note:
         return change
-    note = (f"the runs' buffers differ in physical contiguity ({base:.2f} → {cur:.2f} of pages on "
-            f"consecutive frames); on this project's VM scattered frames alone read up to a fifth slower "
-            f"(docs/validation.md run L)")
     return replace(change, note="; ".join(n for n in (change.note, note) if n))
 
 

@@ -64,12 +64,21 @@ def verdict_text(v: HistoryVerdict) -> str:
                      conf, r.get("verdict", "—")])
     lines += text_table(["figure", "history", "run-to-run", "detectable", "current", "change", "p", "q (BH)",
                          "confirmations", "verdict"], rows, {1, 2, 3, 4, 5, 6, 7})
+    lines += [f"note: {n}" for n in point_notes(v)]
     if v.normalize:
         lines.append(f"cases judged relative to their drift sentinels ({v.normalize}), each scaled to the "
                      f"sentinel's median over the history; the sentinels themselves raw")
     lines += v.notes
     lines.append(v.rule.text(len(v.rows)))
     return "\n".join(lines)
+
+
+def point_notes(v: HistoryVerdict) -> list[str]:
+    """'figure: note' for each point the gate left a note on (buffers on other frames)."""
+    if "note" not in v.rows:
+        return []
+    return [f"{_name(r['label'], r.get('relative_to'))}: {r['note']}"
+            for _, r in v.rows.iterrows() if r["note"]]
 
 
 def verdict_json(v: HistoryVerdict) -> str:
@@ -107,7 +116,7 @@ def verdict_markdown(v: HistoryVerdict) -> str:
            f"- **Current**: `{v.current}` against {len(v.reference)} runs of history",
            *([f"- **Confirmation runs**: {', '.join(f'`{c}`' for c in v.confirmations)}"] if v.confirmations else []),
            f"- **Rule**: {_md(v.rule.text(len(v.rows)).removeprefix('rule: '))}"]
-    out += [f"- {_md(n)}" for n in v.notes]
+    out += [f"- {_md(n)}" for n in v.notes + point_notes(v)]
     out += ["", "| figure | history | run-to-run | detectable | current | change | q (BH) | verdict |",
             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for _, r in v.rows.iterrows():
@@ -134,6 +143,8 @@ def verdict_junit(v: HistoryVerdict) -> str:
                            name=_name(r["label"], r.get("relative_to")))
         detail = (f"history {format_number(r['baseline'])} {r['unit']} (run-to-run {_pct(r['noise'], False)}), "
                   f"current {format_number(r['current'])}, change {_pct(r['change'])}, q {_p(r.get('q', math.nan))}")
+        if r.get("note"):
+            detail += f"; {r['note']}"
         verdict = str(r.get("verdict", ""))
         if verdict in ("slower", "suspect"):
             counts["failures"] += 1
