@@ -65,6 +65,17 @@ def test_hbm_bandwidth_counts_bytes_as_stated(op, rate, env, fake):
         assert samples[0].params["block_threads"] == 512 and samples[0].params["grid_blocks"] == 16
 
 
+@pytest.mark.parametrize("slow,kept,depth", [("cb_copy", "cb_copy8", 8), ("cb_copy8", "cb_copy", 4)])
+def test_the_copy_times_whichever_depth_of_loads_in_flight_ran_faster_and_records_it(slow, kept, depth,
+                                                                                      env, fake):
+    fake.slow.add(slow)
+    samples, _ = run(gpu_bandwidth, bw("copy"), env)
+    assert {s.params["loads_in_flight"] for s in samples} == {depth}
+    assert [s.value for s in samples] == pytest.approx([2000] * len(samples))
+    timed = fake.launches[-1]
+    assert timed[0] == kept and (timed[1], timed[2]) == (16, 512)
+
+
 def test_small_arrays_rotate_past_the_l2_unless_the_l2_is_asked_for(env, fake):
     cold, _ = run(gpu_bandwidth, bw("read", 64 << 10), env)
     warm, _ = run(gpu_bandwidth, bw("read", 64 << 10, cache="warm"), env)
@@ -201,9 +212,10 @@ def test_storage_reads_a_file_into_hbm_through_bounce_buffers(env, fake, tmp_pat
 # ---- wrong results are refused ---------------------------------------------------------------
 
 @pytest.mark.parametrize("op,kernel", [("read", "cb_load_w16"), ("write", "cb_store_w16"), ("copy", "cb_copy"),
-                                       ("triad", "cb_triad"), ("memcpy_d2d", "memcpy")])
+                                       ("copy", "cb_copy8"), ("triad", "cb_triad"), ("memcpy_d2d", "memcpy")])
 def test_a_wrong_hbm_kernel_gives_no_figure(op, kernel, env, fake):
     fake.wrong.add(kernel)
+    fake.slow.add({"cb_copy": "cb_copy8", "cb_copy8": "cb_copy"}.get(kernel, ""))     # so it is the one timed
     with pytest.raises(WrongResult):
         run(gpu_bandwidth, bw(op), env)
 

@@ -144,8 +144,9 @@ def _estimate(params: dict, spec: Spec) -> float:
         rate = 8e9
     per_op = max(moved * size / rate, 5e-6)
     timed = (params["iterations"] + 3) * max(per_op, 1e-3) + WARMUP_OPS * per_op
-    shapes = 6 * 4 * max(per_op, 2.5e-4) if params["op"] in ("read", "write", "copy", "triad",
-                                                              "sm_read", "sm_write") else 0
+    tried = {"copy": 2}.get(params["op"], 1) * 6 if params["op"] in (
+        "read", "write", "copy", "triad", "sm_read", "sm_write") else 0    # (depths ×) shapes
+    shapes = tried * 4 * max(per_op, 2.5e-4)
     setup = arrays * size * (1.5e-9 if group in ("link", "mapped") else 2e-11)  # fault + pin
     return spec.repetitions * (timed + shapes + setup + 0.05)
 
@@ -183,7 +184,8 @@ def _max_grid(dev) -> int:
     return max(sh.grid(dev.sm_count) for sh in SHAPES)
 
 
-def _kernel_ops(s, case: Case, ptrs: dict, size: int, sets: int, partials, touched: dict):
+def _kernel_ops(s, case: Case, ptrs: dict, size: int, sets: int, partials, touched: dict,
+                copy_kernel: str = "cb_copy"):
     """make_op(shape) for the kernel ops (read, write, copy, triad; sm_read, sm_write)."""
     dev, op = s.dev, case.params["op"]
     max_grid = _max_grid(dev)
@@ -205,13 +207,29 @@ def _kernel_ops(s, case: Case, ptrs: dict, size: int, sets: int, partials, touch
                 dev.launch("cb_store_w16", grid, block, (ptrs["a"] + off, n16, 16, ptrs["seed"]), stream)
             elif op == "copy":
                 touched[j] = True
-                dev.launch("cb_copy", grid, block, (ptrs["b"] + off, ptrs["a"] + off, n16), stream)
+                dev.launch(copy_kernel, grid, block, (ptrs["b"] + off, ptrs["a"] + off, n16), stream)
             else:                                               # triad: a = b + s * c
                 touched[j] = True
                 dev.launch("cb_triad", grid, block, (ptrs["a"] + off, ptrs["b"] + off,
                                                      ptrs["c"] + off, TRIAD_SCALAR, n16), stream)
         return run
     return make
+
+
+def _tuned(s, case: Case, ptrs: dict, size: int, sets: int, partials, touched: dict):
+    """The fastest launch shape, and for the copy the fastest depth of loads in flight
+    with it (which keeps HBM busiest differs by GPU): (the op, what was chosen)."""
+    from cxlbench.gpu.kernels import COPY_KERNELS
+    from cxlbench.gpu.timing import fastest_shape
+    depths = COPY_KERNELS if case.params["op"] == "copy" else {0: "cb_copy"}
+    tried = []
+    for depth, kernel in depths.items():
+        make = _kernel_ops(s, case, ptrs, size, sets, partials, touched, kernel)
+        shape, times = fastest_shape(s.timer, make)
+        tried.append((times[shape], depth, shape, make))
+    _, depth, shape, make = min(tried, key=lambda t: t[0])
+    found = {"block_threads": shape.block, "grid_blocks": shape.grid(s.dev.sm_count)}
+    return make(shape), found | ({"loads_in_flight": depth} if depth else {})
 
 
 def _check_kernel_outputs(s, case: Case, views: dict, size: int, partials, max_grid: int,
@@ -241,7 +259,6 @@ def _check_kernel_outputs(s, case: Case, views: dict, size: int, partials, max_g
 def _hbm(case: Case, env: Env, s) -> list[Sample]:
     from cxlbench.gpu import correctness as check
     from cxlbench.gpu.buffers import DeviceBuffer
-    from cxlbench.gpu.timing import fastest_shape
 
     dev, xp, p = s.dev, s.xp, case.params
     op, size = p["op"], p["size_bytes"]
@@ -274,10 +291,8 @@ def _hbm(case: Case, env: Env, s) -> list[Sample]:
             else:
                 if op == "read":
                     partials = st.enter_context(DeviceBuffer(dev, SLOTS * max_grid * 8))
-                make = _kernel_ops(s, case, ptrs, size, sets, partials, touched)
-                best, _ = fastest_shape(s.timer, make)
-                run = make(best)
-                found |= {"block_threads": best.block, "grid_blocks": best.grid(dev.sm_count)}
+                run, chosen = _tuned(s, case, ptrs, size, sets, partials, touched)
+                found |= chosen
             outputs = {"read": [], "write": ["a"], "copy": ["b"], "memcpy_d2d": ["b"], "triad": ["a"]}[op]
             for x in outputs:
                 check.poison(xp, views[x])
@@ -428,7 +443,6 @@ def _mapped(case: Case, env: Env, s) -> list[Sample]:
     """The SMs read or write a host tier's pinned memory in place."""
     from cxlbench.gpu import correctness as check
     from cxlbench.gpu.buffers import DeviceBuffer
-    from cxlbench.gpu.timing import fastest_shape
     from cxlbench.memory.pinned import PinnedHost
 
     dev, xp, p = s.dev, s.xp, case.params
@@ -452,8 +466,7 @@ def _mapped(case: Case, env: Env, s) -> list[Sample]:
             partials = None
             if op == "sm_read":
                 partials = st.enter_context(DeviceBuffer(dev, SLOTS * max_grid * 8))
-            make = _kernel_ops(s, case, ptrs, size, sets, partials, touched)
-            best, _ = fastest_shape(s.timer, make)
+            run, chosen = _tuned(s, case, ptrs, size, sets, partials, touched)
             if op == "sm_write":
                 check.poison(xp, view)
             else:
@@ -461,11 +474,10 @@ def _mapped(case: Case, env: Env, s) -> list[Sample]:
             dev.synchronize()
             touched.clear()
             with s.sampler() as smp:
-                timed = s.timer.measure(make(best), p["iterations"], _warmup(case))
+                timed = s.timer.measure(run, p["iterations"], _warmup(case))
             dev.synchronize()
             _check_kernel_outputs(s, case, {"a": view}, size, partials, max_grid, touched, seed)
-            found = {**buf.found(), "rotate_sets": sets, "block_threads": best.block,
-                     "grid_blocks": best.grid(dev.sm_count)}
+            found = {**buf.found(), "rotate_sets": sets, **chosen}
         samples += _samples(case, rep, timed, size, {**s.params(), **smp.summary(), **found})
     return samples
 

@@ -13,10 +13,10 @@ one-thread kernel that waits on a host-mapped flag (nvbandwidth's method) so
 the host's enqueue cost never sits between two timed operations.
 
 Loads and stores go through 16-byte vectors (`v2`), four independent loads in
-flight per thread in the streaming kernels; reductions write one partial sum
-per block (no atomics on one address) which the host adds up and compares with
-a reference. Only standard C++ and PTX are used (no CUDA headers): NVRTC needs
-nothing but itself.
+flight per thread in the streaming kernels (four or eight in the copy);
+reductions write one partial sum per block (no atomics on one address) which the
+host adds up and compares with a reference. Only standard C++ and PTX are used
+(no CUDA headers): NVRTC needs nothing but itself.
 """
 from __future__ import annotations
 
@@ -172,14 +172,26 @@ extern "C" __global__ void cb_store_w32(char *b, u64 count, u64 stride, u64 seed
     }
 }
 
-/* dst[i] = src[i] over n 16-byte vectors */
-extern "C" __global__ void cb_copy(v2 *__restrict__ dst, const v2 *__restrict__ src, u64 n) {
+/* dst[i] = src[i] over n 16-byte vectors, U loads in flight per thread before its
+   stores. Two depths are built: which keeps HBM busiest differs by GPU, so the
+   benchmark tries both with every launch shape and records the one it kept. */
+template <int U>
+__device__ __forceinline__ void copy_body(v2 *__restrict__ dst, const v2 *__restrict__ src, u64 n) {
     GRID_LOOP_START
-    for (; i + 3 * step < n; i += 4 * step) {
-        const v2 x0 = src[i], x1 = src[i + step], x2 = src[i + 2 * step], x3 = src[i + 3 * step];
-        dst[i] = x0; dst[i + step] = x1; dst[i + 2 * step] = x2; dst[i + 3 * step] = x3;
+    for (; i + (U - 1) * step < n; i += U * step) {
+        v2 x[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) x[u] = src[i + u * step];
+#pragma unroll
+        for (int u = 0; u < U; u++) dst[i + u * step] = x[u];
     }
     for (; i < n; i += step) dst[i] = src[i];
+}
+extern "C" __global__ void cb_copy(v2 *__restrict__ dst, const v2 *__restrict__ src, u64 n) {
+    copy_body<4>(dst, src, n);
+}
+extern "C" __global__ void cb_copy8(v2 *__restrict__ dst, const v2 *__restrict__ src, u64 n) {
+    copy_body<8>(dst, src, n);
 }
 
 /* a[i] = b[i] + s * c[i] over n pairs of doubles (STREAM's triad) */
@@ -215,9 +227,12 @@ SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
     **{f"cb_store_w{w}": (("base", "u64"), ("count", "u64"), ("stride", "u64"), ("seed", "u64"))
        for w in (4, 8, 16, 32)},
     "cb_copy": (("dst", "u64"), ("src", "u64"), ("n", "u64")),
+    "cb_copy8": (("dst", "u64"), ("src", "u64"), ("n", "u64")),
     "cb_triad": (("a", "u64"), ("b", "u64"), ("c", "u64"), ("s", "f64"), ("n", "u64")),
 }
 
+#: the copy kernels, by loads in flight per thread
+COPY_KERNELS = {4: "cb_copy", 8: "cb_copy8"}
 #: kernels that run as one thread (grid 1, block 1)
 SINGLE_THREAD = ("cb_spin", "cb_chase", "cb_chase_cv")
 #: widths the load/store kernels exist for

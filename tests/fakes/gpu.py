@@ -74,6 +74,7 @@ class FakeDevice:
     queue_depth: int = 1024
     best_shape: tuple = (512, 4)     # (block, blocks per SM) that runs at the full rate
     wrong: set = field(default_factory=set)
+    slow: set = field(default_factory=set)    # kernels that run at 0.8 of the rate at any shape
 
     kind = "fake"
 
@@ -321,7 +322,7 @@ class FakeDevice:
             self.queue.append((stream, spin, True))
             return
         kind = {"cb_chase": "chase", "cb_chase_cv": "chase", "cb_fill_words": "fill",
-                "cb_fill_doubles": "fill", "cb_copy": "copy", "cb_triad": "triad"}.get(name)
+                "cb_fill_doubles": "fill", "cb_copy": "copy", "cb_copy8": "copy", "cb_triad": "triad"}.get(name)
         emulate = getattr(self, "_k_" + (kind or name.removeprefix("cb_").split("_w")[0]))
         self._enqueue(stream, lambda: emulate(name, grid, block, a))
 
@@ -405,7 +406,7 @@ class FakeDevice:
         n = a["n"] * 16
         dst, src = self.view(a["dst"], n, np.uint8), self.view(a["src"], n, np.uint8)
         dst[: n - (16 if name in self.wrong else 0)] = src[: n - (16 if name in self.wrong else 0)]
-        return 2 * n / self._rate(a["dst"], n, grid, block)
+        return 2 * n / (self._rate(a["dst"], n, grid, block) * (0.8 if name in self.slow else 1.0))
 
     def _k_triad(self, name, grid, block, a):
         n = a["n"] * 2
