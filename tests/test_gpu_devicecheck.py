@@ -27,6 +27,7 @@ def _make_run(tmp_path, monkeypatch):
     env.initiators["gpu:0"] = Initiator("gpu:0", "gpu", node=0, gpu=0)
     env.tiers["hbm0"] = Tier("hbm0", "hbm", gpu=0)
     dev = FakeDevice(chase_ns=34 / 1.5)                     # 34 cycles at 1500 MHz: Hopper's L1
+    dev.slow.add("cb_copy")                                  # the eight-deep copy is the one kept
     monkeypatch.setattr(device, "open_device", lambda env, name: dev)
     monkeypatch.setattr(torchref, "TorchCopies", FakeTorchCopies)
     families = {m.NAME: describe(m) for m in (gpu_bandwidth, gpu_latency, gpu_write_penalty, gpu_zerocopy)}
@@ -71,6 +72,7 @@ def test_the_table_holds_each_target_with_its_verdict(made_run):
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
     copy = rows["HBM copy kernel vs torch D2D copy"]
     assert "2,000 GB/s" in copy and "100.0%" in copy and "meets" in copy
+    assert "hbm0, 1MiB, 8 loads in flight" in copy
     assert "SHORT" in rows["HBM copy kernel vs published H200"] and "4,300 GB/s" in rows[
         "HBM copy kernel vs published H200"]
     assert "meets" in rows["pinned H2D vs torch copy_"]

@@ -88,6 +88,17 @@ def _verdict(ok: bool | None) -> str:
     return "—" if ok is None else ("meets" if ok else "SHORT")
 
 
+def _depths(samples, best) -> str:
+    """', N loads in flight' kept by the copy's repetitions at the row's size (the
+    kernel tries two depths: which one each GPU keeps is the finding)."""
+    if "loads_in_flight" not in samples.columns:
+        return ""
+    rows = samples[(samples["benchmark"] == "gpu_bandwidth") & (samples["op"] == "copy")
+                   & (samples["size_bytes"] == best["size_bytes"]) & (samples["target"] == best["target"])]
+    kept = sorted({int(d) for d in rows["loads_in_flight"].dropna()})
+    return f", {' or '.join(map(str, kept))} loads in flight" if kept else ""
+
+
 def bandwidth_rows(samples, card: str) -> list[list[str]]:
     """Ours vs torch on the same buffers, and vs the published figure."""
     med = _medians(samples, "gpu_bandwidth", "bandwidth_GBps",
@@ -121,6 +132,8 @@ def bandwidth_rows(samples, card: str) -> list[list[str]]:
         ref_v = float(same["value"].max()) if not same.empty else None
         ratio = best["value"] / ref_v if ref_v else None
         where = f"{best['target']}, {_size(best['size_bytes'])}"
+        if ours_op == "copy":
+            where += _depths(samples, best)
         rows.append([label, where, _fmt(best["value"], "GB/s"), _fmt(ref_v, "GB/s"),
                      f"{ratio:.1%}" if ratio else "—",
                      _verdict(ratio >= BANDWIDTH_TARGET if ratio else None)])
