@@ -350,19 +350,20 @@ def test_a_point_keeps_one_name_when_the_headline_picks_another_point_in_some_ru
 
 # ------------------------------------------------------------------ tail metrics
 
-def _tail_runs(tmp_path: Path, n: int, *, doctored_from: int | None = None) -> list[Path]:
-    """n runs whose one latency case has a mean and a p99 (as the latency family
-    stores them); from run `doctored_from` on, p99 is 20% higher and the mean is not."""
-    from tests.fakes.synthetic import case_result, noisy
-    rng = np.random.default_rng(7)
+def _one_case_runs(tmp_path: Path, n: int, seed: int, metrics, contiguity=lambda i: None) -> list[Path]:
+    """n runs 15 min apart of one latency case (1 GiB, 4 KiB pages): run i's samples
+    are metrics(rng, i), its buffers contiguity(i) contiguous (not recorded: None)."""
+    from tests.fakes.synthetic import case_result
+    rng = np.random.default_rng(seed)
     paths = []
     for i in range(n):
-        worse = 1.2 if doctored_from is not None and i >= doctored_from else 1.0
+        found = {"page_bytes": 4096, "huge_coverage": 0.0}
+        if contiguity(i) is not None:
+            found["phys_contiguity"] = contiguity(i)
         params = {"working_set_bytes": 1 << 30, "page": "4k", "pattern": "random", "chains": 1,
                   "line_bytes": 64}
-        result = case_result("latency", "ddr0", params, {
-            "latency_ns": noisy(rng, 140.0, 0.01, 5), "p99_ns": noisy(rng, 210.0 * worse, 0.01, 5)},
-            sample_params=lambda rep, i: {"page_bytes": 4096, "huge_coverage": 0.0})
+        result = case_result("latency", "ddr0", params, metrics(rng, i),
+                             sample_params=lambda rep, j, found=found: found)
         m, tiers = machine(cxl=False)
         p = write_run(tmp_path / "results", [result], m=m, tiers=tiers, suite="ci", label=f"r{i}")
         meta = json.loads((p / "run.json").read_text())
@@ -370,6 +371,17 @@ def _tail_runs(tmp_path: Path, n: int, *, doctored_from: int | None = None) -> l
         (p / "run.json").write_text(json.dumps(meta))
         paths.append(p)
     return paths
+
+
+def _tail_runs(tmp_path: Path, n: int, *, doctored_from: int | None = None) -> list[Path]:
+    """n runs whose one latency case has a mean and a p99 (as the latency family
+    stores them); from run `doctored_from` on, p99 is 20% higher and the mean is not."""
+    from tests.fakes.synthetic import noisy
+
+    def metrics(rng, i):
+        worse = 1.2 if doctored_from is not None and i >= doctored_from else 1.0
+        return {"latency_ns": noisy(rng, 140.0, 0.01, 5), "p99_ns": noisy(rng, 210.0 * worse, 0.01, 5)}
+    return _one_case_runs(tmp_path, n, 7, metrics)
 
 
 def test_gate_fails_a_history_whose_p99_grew_a_fifth_while_the_mean_held(tmp_path, capsys):
@@ -395,24 +407,12 @@ def test_gate_passes_a_run_whose_tail_is_like_its_history(tmp_path, capsys):
 def _contiguity_runs(tmp_path: Path, n: int, slow_from: int, contiguity_from: dict[int, float]) -> list[Path]:
     """n runs of one latency case, 10% slower from run `slow_from`; each run's buffers
     0.94 contiguous unless `contiguity_from` says otherwise from that run on."""
-    from tests.fakes.synthetic import case_result, noisy
-    rng = np.random.default_rng(11)
-    paths = []
-    for i in range(n):
-        contig = 0.94
-        for start, value in sorted(contiguity_from.items()):
-            contig = value if i >= start else contig
-        params = {"working_set_bytes": 1 << 30, "page": "4k", "pattern": "random", "chains": 1, "line_bytes": 64}
-        result = case_result("latency", "ddr0", params, {
-            "latency_ns": noisy(rng, 140.0 * (1.1 if i >= slow_from else 1.0), 0.01, 5)},
-            sample_params=lambda rep, i, c=contig: {"page_bytes": 4096, "huge_coverage": 0.0, "phys_contiguity": c})
-        m, tiers = machine(cxl=False)
-        p = write_run(tmp_path / "results", [result], m=m, tiers=tiers, suite="ci", label=f"r{i}")
-        meta = json.loads((p / "run.json").read_text())
-        meta["started"] = (START + pd.Timedelta(minutes=15 * i)).isoformat()
-        (p / "run.json").write_text(json.dumps(meta))
-        paths.append(p)
-    return paths
+    from tests.fakes.synthetic import noisy
+
+    def contiguity(i):
+        return next((v for start, v in sorted(contiguity_from.items(), reverse=True) if i >= start), 0.94)
+    return _one_case_runs(tmp_path, n, 11, lambda rng, i: {
+        "latency_ns": noisy(rng, 140.0 * (1.1 if i >= slow_from else 1.0), 0.01, 5)}, contiguity)
 
 
 def test_a_suspect_run_whose_buffers_sat_on_scattered_frames_says_so(tmp_path, capsys):
