@@ -76,6 +76,19 @@ def test_the_copy_times_whichever_depth_of_loads_in_flight_ran_faster_and_record
     assert timed[0] == kept and (timed[1], timed[2]) == (16, 512)
 
 
+def test_the_copy_depths_take_turns_going_first_from_one_launch_shape_to_the_next(env, fake):
+    from cxlbench.gpu.timing import SHAPES
+    run(gpu_bandwidth, bw("copy"), env, reps=1)
+    order = []                                   # (shape, kernel) in the order first launched
+    for name, grid, block, _ in fake.launches:
+        key = ((block, grid // fake.sm_count), name)
+        if name.startswith("cb_copy") and key not in order:
+            order.append(key)
+    shapes = [(sh.block, sh.per_sm) for sh in SHAPES]
+    assert [s for s, _ in order[:2 * len(shapes)]] == [s for s in shapes for _ in (0, 1)]
+    assert [k for _, k in order[:4]] == ["cb_copy", "cb_copy8", "cb_copy8", "cb_copy"]
+
+
 def test_small_arrays_rotate_past_the_l2_unless_the_l2_is_asked_for(env, fake):
     cold, _ = run(gpu_bandwidth, bw("read", 64 << 10), env)
     warm, _ = run(gpu_bandwidth, bw("read", 64 << 10, cache="warm"), env)
@@ -215,7 +228,8 @@ def test_storage_reads_a_file_into_hbm_through_bounce_buffers(env, fake, tmp_pat
                                        ("copy", "cb_copy8"), ("triad", "cb_triad"), ("memcpy_d2d", "memcpy")])
 def test_a_wrong_hbm_kernel_gives_no_figure(op, kernel, env, fake):
     fake.wrong.add(kernel)
-    fake.slow.add({"cb_copy": "cb_copy8", "cb_copy8": "cb_copy"}.get(kernel, ""))     # so it is the one timed
+    if op == "copy":                                  # the other depth runs slower: this one is timed
+        fake.slow.add({"cb_copy": "cb_copy8", "cb_copy8": "cb_copy"}[kernel])
     with pytest.raises(WrongResult):
         run(gpu_bandwidth, bw(op), env)
 

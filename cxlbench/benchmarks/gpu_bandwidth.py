@@ -144,8 +144,11 @@ def _estimate(params: dict, spec: Spec) -> float:
         rate = 8e9
     per_op = max(moved * size / rate, 5e-6)
     timed = (params["iterations"] + 3) * max(per_op, 1e-3) + WARMUP_OPS * per_op
-    tried = {"copy": 2}.get(params["op"], 1) * 6 if params["op"] in (
-        "read", "write", "copy", "triad", "sm_read", "sm_write") else 0    # (depths ×) shapes
+    from cxlbench.gpu.kernels import COPY_KERNELS
+    from cxlbench.gpu.timing import SHAPES
+    tuned = params["op"] in ("read", "write", "copy", "triad", "sm_read", "sm_write")
+    # each launch shape, at each depth of loads in flight for the copy, in 4 short timings
+    tried = len(SHAPES) * (len(COPY_KERNELS) if params["op"] == "copy" else 1) if tuned else 0
     shapes = tried * 4 * max(per_op, 2.5e-4)
     setup = arrays * size * (1.5e-9 if group in ("link", "mapped") else 2e-11)  # fault + pin
     return spec.repetitions * (timed + shapes + setup + 0.05)
@@ -218,18 +221,26 @@ def _kernel_ops(s, case: Case, ptrs: dict, size: int, sets: int, partials, touch
 
 def _tuned(s, case: Case, ptrs: dict, size: int, sets: int, partials, touched: dict):
     """The fastest launch shape, and for the copy the fastest depth of loads in flight
-    with it (which keeps HBM busiest differs by GPU): (the op, what was chosen)."""
+    with it (which keeps HBM busiest differs by GPU): (the op, what was chosen). Both
+    depths are timed at each shape, first one then the other by turns, so neither is
+    always the one timed while the clocks still ramp."""
     from cxlbench.gpu.kernels import COPY_KERNELS
-    from cxlbench.gpu.timing import fastest_shape
-    depths = COPY_KERNELS if case.params["op"] == "copy" else {0: "cb_copy"}
-    tried = []
-    for depth, kernel in depths.items():
-        make = _kernel_ops(s, case, ptrs, size, sets, partials, touched, kernel)
-        shape, times = fastest_shape(s.timer, make)
-        tried.append((times[shape], depth, shape, make))
-    _, depth, shape, make = min(tried, key=lambda t: t[0])
-    found = {"block_threads": shape.block, "grid_blocks": shape.grid(s.dev.sm_count)}
-    return make(shape), found | ({"loads_in_flight": depth} if depth else {})
+    from cxlbench.gpu.timing import SHAPES, fastest_shape
+    if case.params["op"] != "copy":
+        make = _kernel_ops(s, case, ptrs, size, sets, partials, touched)
+        shape, _ = fastest_shape(s.timer, make)
+        return make(shape), _shape_found(s, shape)
+    depths = list(COPY_KERNELS)
+    tried = [(shape, d) for i, shape in enumerate(SHAPES) for d in (depths if i % 2 == 0 else depths[::-1])]
+    (shape, depth), _ = fastest_shape(
+        s.timer, lambda t: _kernel_ops(s, case, ptrs, size, sets, partials, touched, COPY_KERNELS[t[1]])(t[0]),
+        shapes=tried)
+    run = _kernel_ops(s, case, ptrs, size, sets, partials, touched, COPY_KERNELS[depth])(shape)
+    return run, _shape_found(s, shape) | {"loads_in_flight": depth}
+
+
+def _shape_found(s, shape) -> dict:
+    return {"block_threads": shape.block, "grid_blocks": shape.grid(s.dev.sm_count)}
 
 
 def _check_kernel_outputs(s, case: Case, views: dict, size: int, partials, max_grid: int,

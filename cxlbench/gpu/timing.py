@@ -192,7 +192,8 @@ SHAPES = (Shape(256, 4), Shape(256, 8), Shape(512, 2), Shape(512, 4), Shape(1024
 def fastest_shape(timer: Timer, make_op: Callable[[Shape], Op], shapes=SHAPES,
                   warmup: int = 1) -> tuple[Shape, dict[Shape, float]]:
     """The launch shape whose operation runs fastest (median of 3 short iterations each);
-    also every shape's seconds per operation."""
+    also every shape's seconds per operation. `shapes` may hold any configuration
+    make_op takes (the copy passes (shape, loads in flight) pairs)."""
     times = {}
     for shape in shapes:
         op = make_op(shape)

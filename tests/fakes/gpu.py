@@ -74,7 +74,7 @@ class FakeDevice:
     queue_depth: int = 1024
     best_shape: tuple = (512, 4)     # (block, blocks per SM) that runs at the full rate
     wrong: set = field(default_factory=set)
-    slow: set = field(default_factory=set)    # kernels that run at 0.8 of the rate at any shape
+    slow: set = field(default_factory=set)    # copy kernels that run at 0.8 of the rate at any shape
 
     kind = "fake"
 
