@@ -435,3 +435,29 @@ def test_a_passing_run_carries_no_contiguity_note_whatever_its_frames(tmp_path):
     paths = _contiguity_runs(tmp_path, 14, slow_from=99, contiguity_from={13: 0.5})
     (row,) = _judge(paths, 13).rows.to_dict("records")
     assert row["verdict"] == "pass" and row["contiguity"] == 0.5 and row["note"] == ""
+
+
+def test_an_l1_chase_keeps_no_contiguity_since_frames_cannot_move_it(tmp_path):
+    from tests.fakes.synthetic import case_result
+    def found(rep, i):
+        return {"page_bytes": 4096, "huge_coverage": 0.0, "phys_contiguity": 0.3}
+    l1 = case_result("sentinel", "ddr0", {"probe": "l1_chase", "working_set_bytes": 16 << 10, "page": "4k"},
+                     {"latency_ns": [1.1, 1.1, 1.2]}, sample_params=found)
+    dram = case_result("sentinel", "ddr0", {"probe": "dram_chase", "working_set_bytes": 512 << 20, "page": "4k"},
+                       {"latency_ns": [180.0, 181.0, 179.0]}, sample_params=found)
+    rows = hist.run_rows(load_run(write_run(tmp_path / "results", [l1, dram], suite="ci")))
+    by_probe = {p.split("probe=")[1].split(",")[0]: c for p, c in zip(rows["case_id"], rows["contiguity"])}
+    assert math.isnan(by_probe["l1_chase"]) and by_probe["dram_chase"] == 0.3
+
+
+def test_a_run_faster_than_its_history_is_called_faster_and_passes(tmp_path):
+    from tests.fakes.synthetic import noisy
+    paths = _one_case_runs(tmp_path, 14, 3, lambda rng, i: {
+        "latency_ns": noisy(rng, 140.0 * (0.9 if i >= 13 else 1.0), 0.01, 5)})
+    v = _judge(paths, 13)
+    assert v.status == PASS and v.exit_code == 0 and list(v.rows["verdict"]) == ["faster"]
+
+
+def test_an_inconclusive_history_still_gives_every_point_its_note_field(tmp_path):
+    v = _judge(_runs(tmp_path, 9, slow_from=8, factor=1.5), 8)
+    assert v.status == SHORT and (v.rows["note"] == "").all()

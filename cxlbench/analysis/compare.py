@@ -19,7 +19,7 @@ import pandas as pd
 
 from cxlbench.analysis import drift, machine as machine_mod
 from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discount_instability,
-                                     discount_interference, judge, note_contiguity, ratio_ci,
+                                     discount_interference, frames_can_move, judge, note_contiguity, ratio_ci,
                                      repetitions_needed)
 from cxlbench.analysis.reduction import axis_columns, point_id, points, repetitions
 from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, load_thresholds
@@ -327,7 +327,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
             rat = ratio_ci(bv, cv, confidence, th.noise_for(bench))
             ch = discount_instability(judge(rat, better, thr), bv, cv)
             ch = discount_interference(ch, held.get((0, r["point_b"]), 1.0), held.get((i, r["point_c"]), 1.0))
-            if not metric.startswith("floor_"):    # the floor chases within L1: frames do not move it
+            if frames_can_move(metric):
                 ch = note_contiguity(ch, contiguity.get((0, r["point_b"])), contiguity.get((i, r["point_c"])))
             note = ch.note
             if str(r["better_c"]) != better:

@@ -31,6 +31,7 @@ from cxlbench.analysis.changepoints import ChangePoint, change_points
 from cxlbench.analysis.compare import params_text, parse_case_params
 from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.reduction import points, precision, repetitions
+from cxlbench.analysis.stats import frames_can_move
 from cxlbench.results import location
 from cxlbench.results.store import COMPLETE, ResultsError, Run, find_runs, load_run, now_iso
 
@@ -230,12 +231,17 @@ def run_rows(run: Run, normalize: str | None = None, reference: dict[str, float]
 
 
 def _contiguity(reps: pd.DataFrame, pts: pd.DataFrame) -> np.ndarray:
-    """Each point's median physical contiguity over its repetitions (a repetition's
-    buffers are its case's, whatever the metric); NaN where not recorded."""
+    """Each point's median physical contiguity over its case's repetitions (a
+    repetition's buffers serve every metric of it, so each counts once); NaN where
+    not recorded, or where frames cannot move the figure (stats.frames_can_move)."""
     if "phys_contiguity" not in reps.columns:
         return np.full(len(pts), np.nan)
-    per_case = pd.to_numeric(reps["phys_contiguity"], errors="coerce").groupby(reps["case_id"]).median()
-    return pts["case_id"].map(per_case).to_numpy(float)
+    once = reps.drop_duplicates(["case_id", "repetition"])
+    per_case = pd.to_numeric(once["phys_contiguity"], errors="coerce").groupby(once["case_id"]).median()
+    out = pts["case_id"].map(per_case).to_numpy(float)
+    probes = pts["probe"] if "probe" in pts.columns else pd.Series([None] * len(pts), index=pts.index)
+    movable = [frames_can_move(m, p if isinstance(p, str) else None) for m, p in zip(pts["metric"], probes)]
+    return np.where(movable, out, np.nan)
 
 
 def labels(rows: pd.DataFrame) -> list[str]:

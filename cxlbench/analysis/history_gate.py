@@ -150,7 +150,8 @@ def _point(row: pd.Series, base: pd.DataFrame, conf: list[pd.Series], rule: Rule
            "target": row["target"], "metric": row["metric"], "unit": row["unit"], "better": row["better"],
            "current": row["median"], "n_history": len(hist), "baseline": math.nan, "noise": math.nan,
            "change": math.nan, "p": math.nan, "confirm_changes": [], "confirm_p": [],
-           "contiguity": _finite(row.get("contiguity")), "contiguity_history": _median(base, "contiguity")}
+           "contiguity": _finite(row.get("contiguity")), "contiguity_history": _median(base, "contiguity"),
+           "note": ""}
     if len(hist) < 3 or not (row["median"] > 0):
         return out
     out["baseline"] = float(np.exp(np.mean(np.log(hist))))
@@ -202,8 +203,10 @@ def _decide(v: HistoryVerdict) -> HistoryVerdict:
     t["verdict"] = ["slower" if c else ("suspect" if s else "pass") for s, c in zip(suspect, confirmed)]
     waiting = suspect & (t["confirm_changes"].map(len) < rule.confirmations)
     t.loc[suspect & ~waiting & ~pd.Series(confirmed, index=t.index), "verdict"] = "not confirmed"
+    # the same test the good way (its own Benjamini-Hochberg family): information, no exit code
+    t["q_faster"] = bh_adjust(1.0 - t["p"].to_numpy(float))
     good = [(c >= rule.threshold) if h else (c <= -rule.threshold) for c, h in zip(t["change"], higher)]
-    t.loc[(t["q"] <= rule.q) & pd.Series(good, index=t.index), "verdict"] = "faster"
+    t.loc[(t["q_faster"] <= rule.q) & pd.Series(good, index=t.index), "verdict"] = "faster"
     t["note"] = [_contiguity_note(r) for r in t.to_dict("records")]
     v.status = FAIL if any(confirmed) else (SUSPECT if waiting.any() else PASS)
     if waiting.any():
@@ -215,9 +218,9 @@ def _decide(v: HistoryVerdict) -> HistoryVerdict:
 
 def _contiguity_note(r: dict) -> str:
     """A point called anything but pass whose buffers sat on frames unlike its history's
-    says so (as `ab` and `compare` do); the floor chases one page in L1, which frames
-    cannot move, so its metrics never carry it."""
-    if r["verdict"] == "pass" or str(r["metric"]).startswith("floor_"):
+    says so, as `ab` and `compare` do (run_rows leaves out the figures frames cannot
+    move)."""
+    if r["verdict"] == "pass":
         return ""
     return contiguity_note(r.get("contiguity_history"), r.get("contiguity"), sides="the history's and this run's")
 

@@ -305,6 +305,13 @@ def discount_interference(change: Change, held_base: float, held_cur: float,
 CONTIGUITY_APART = 0.10
 
 
+def frames_can_move(metric: str, probe: str | None = None) -> bool:
+    """Whether where the kernel put a buffer's pages can move this figure: not for a
+    chase within one L1 (the tails' floor, the L1 drift sentinel), whose few lines
+    stay in the core's cache whichever frames hold them."""
+    return not (str(metric).startswith("floor_") or probe == "l1_chase")
+
+
 def contiguity_note(base: float | None, cur: float | None, apart: float = CONTIGUITY_APART,
                     sides: str = "the runs'") -> str:
     """The note for two sets of buffers whose shares of pages on consecutive frames
