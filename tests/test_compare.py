@@ -248,3 +248,12 @@ def test_interference_in_either_run_withholds_a_verdict():
     assert "? inconclusive*" in text and "* ddr0" in text and "held their CPUs 62.0%" in text
     # the baseline's interference counts as much as the current run's
     assert compare([slower_busy, base]).rows["verdict"].tolist() == ["inconclusive"]
+
+
+def test_a_repetition_counts_once_in_a_points_contiguity_however_many_metrics_it_gave():
+    import pandas as pd
+    from cxlbench.analysis.compare import _per_point
+    # repetition 0 gave three metrics on scattered frames, repetitions 1 and 2 one each on contiguous ones
+    reps = pd.DataFrame({"repetition": [0, 0, 0, 1, 2], "phys_contiguity": [0.2, 0.2, 0.2, 0.9, 0.9]})
+    assert _per_point(0, ["p"] * 5, reps, "phys_contiguity", "median") == {(0, "p"): 0.9}
+    assert _per_point(0, ["p"] * 5, reps.assign(phys_contiguity=None), "phys_contiguity", "median") == {}

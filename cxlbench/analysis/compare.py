@@ -178,11 +178,14 @@ def _split_values(run: int, ids: list[str], metrics, vals) -> dict[tuple, Any]:
 
 
 def _per_point(run: int, ids: list[str], reps: pd.DataFrame, column: str, how: str) -> dict[tuple, float]:
-    """{(run, point): `how` ("min", "median") of `column` over its repetitions}, where recorded."""
+    """{(run, point): `how` ("min", "median") of `column` over its repetitions}, where
+    recorded. A repetition counts once, however many metrics it gave the point."""
     if column not in reps.columns or len(ids) == 0:
         return {}
-    found = pd.Series(pd.to_numeric(reps[column], errors="coerce").to_numpy(float), index=pd.Index(ids)).dropna()
-    return {(run, point): float(v) for point, v in found.groupby(level=0).agg(how).items()}
+    frame = pd.DataFrame({"point": ids, "repetition": reps["repetition"].to_numpy(),
+                          "value": pd.to_numeric(reps[column], errors="coerce").to_numpy(float)})
+    found = frame.drop_duplicates(["point", "repetition"]).dropna(subset=["value"])
+    return {(run, point): float(v) for point, v in found.groupby("point")["value"].agg(how).items()}
 
 
 @dataclass
