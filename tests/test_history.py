@@ -456,6 +456,9 @@ def test_a_run_faster_than_its_history_is_called_faster_and_passes(tmp_path):
         "latency_ns": noisy(rng, 140.0 * (0.9 if i >= 13 else 1.0), 0.01, 5)})
     v = _judge(paths, 13)
     assert v.status == PASS and v.exit_code == 0 and list(v.rows["verdict"]) == ["faster"]
+    from cxlbench.cli.history_view import verdict_text
+    line = next(x for x in verdict_text(v).splitlines() if x.startswith("ddr0"))
+    assert line.split()[-4:-2] == ["<0.001", "<0.001"]     # p and q of the test that called it
 
 
 def test_an_inconclusive_history_still_gives_every_point_its_note_field(tmp_path):

@@ -60,7 +60,7 @@ def verdict_text(v: HistoryVerdict) -> str:
         rows.append([_name(r["label"], r.get("relative_to")), f"{format_number(r['baseline'])} {r['unit']}",
                      _pct(r["noise"], False),
                      _pct(r.get("detectable", math.nan), False).replace("±", "≥"),
-                     format_number(r["current"]), _pct(r["change"]), _p(r["p"]), _p(r.get("q", math.nan)),
+                     format_number(r["current"]), _pct(r["change"]), *map(_p, _p_q(r)),
                      conf, r.get("verdict", "—")])
     lines += text_table(["figure", "history", "run-to-run", "detectable", "current", "change", "p", "q (BH)",
                          "confirmations", "verdict"], rows, {1, 2, 3, 4, 5, 6, 7})
@@ -71,6 +71,13 @@ def verdict_text(v: HistoryVerdict) -> str:
     lines += v.notes
     lines.append(v.rule.text(len(v.rows)))
     return "\n".join(lines)
+
+
+def _p_q(r) -> tuple[float, float]:
+    """The p and q of the test that gave the verdict: the good way's for a faster point."""
+    if r.get("verdict") == "faster":
+        return 1.0 - r["p"], r.get("q_faster", math.nan)
+    return r["p"], r.get("q", math.nan)
 
 
 def point_notes(v: HistoryVerdict) -> list[str]:
@@ -122,7 +129,7 @@ def verdict_markdown(v: HistoryVerdict) -> str:
     for _, r in v.rows.iterrows():
         out.append(f"| {_md(_name(r['label'], r.get('relative_to')))} | {format_number(r['baseline'])} {_md(r['unit'])} "
                    f"| {_pct(r['noise'], False)} | {_pct(r.get('detectable', math.nan), False).replace('±', '≥')} "
-                   f"| {format_number(r['current'])} | {_pct(r['change'])} | {_p(r.get('q', math.nan))} "
+                   f"| {format_number(r['current'])} | {_pct(r['change'])} | {_p(_p_q(r)[1])} "
                    f"| {_md(r.get('verdict', '—'))} |")
     return "\n".join(out) + "\n"
 
