@@ -149,7 +149,7 @@ def verdict_junit(v: HistoryVerdict) -> str:
         tc = ET.SubElement(suite, "testcase", classname=f"cxlbench.{r.get('benchmark', 'case')}",
                            name=_name(r["label"], r.get("relative_to")))
         detail = (f"history {format_number(r['baseline'])} {r['unit']} (run-to-run {_pct(r['noise'], False)}), "
-                  f"current {format_number(r['current'])}, change {_pct(r['change'])}, q {_p(r.get('q', math.nan))}")
+                  f"current {format_number(r['current'])}, change {_pct(r['change'])}, q {_p(_p_q(r)[1])}")
         if r.get("note"):
             detail += f"; {r['note']}"
         verdict = str(r.get("verdict", ""))
