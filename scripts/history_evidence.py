@@ -3,7 +3,8 @@ history of one machine (runs of one suite, spaced in time):
 
 - leave-one-out: each run judged against every other run of the history, with its
   confirmations the first later runs spaced as the rule asks — how often a real,
-  unchanged run is called suspect, and how often slower (a false alarm);
+  unchanged run is called suspect, how often slower (a false alarm), and how many
+  of its points faster (each a false call, though one that fails nothing);
 - detection: each run doctored 10% the bad way (latency x1.10, bandwidth x0.90),
   judged against the runs before it, with doctored copies of later real runs as
   confirmations — how often it fails;
@@ -60,8 +61,10 @@ def leave_one_out(h: hist.History, runs: dict[str, Run], rule: Rule) -> pd.DataF
         first = judge(h, runs[rid], [], rule, reference_ids=others)
         final = judge(h, runs[rid], [runs[c] for c in conf], rule, reference_ids=others) \
             if first.status == SUSPECT and len(conf) == rule.confirmations else first
+        faster = first.rows["verdict"].eq("faster").sum() if "verdict" in first.rows else 0
         rows.append({"run": i + 1, "suspect": first.status == SUSPECT, "false_alarm": final.status == FAIL,
-                     "unconfirmable": first.status == SUSPECT and len(conf) < rule.confirmations})
+                     "unconfirmable": first.status == SUSPECT and len(conf) < rule.confirmations,
+                     "faster": int(faster), "points": len(first.rows)})
     return pd.DataFrame(rows)
 
 
@@ -136,7 +139,9 @@ def main() -> None:
     loo = leave_one_out(h, runs, rule)
     print(f"leave-one-out: {int(loo.suspect.sum())}/{len(loo)} suspect, "
           f"{int(loo.false_alarm.sum())}/{len(loo)} false alarms (fail after confirmation), "
-          f"{int(loo.unconfirmable.sum())} suspect without later runs to confirm")
+          f"{int(loo.unconfirmable.sum())} suspect without later runs to confirm; "
+          f"{int(loo.faster.sum())} of {int(loo.points.sum())} points called faster "
+          f"(in {int((loo.faster > 0).sum())} runs): unchanged runs, so each one a false call")
     n = len(h.runs)
     for what in ("all", "cases"):
         det = detection(h, runs, rule, a.factor, what)
