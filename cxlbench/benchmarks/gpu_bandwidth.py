@@ -230,13 +230,11 @@ def _tuned(s, case: Case, ptrs: dict, size: int, sets: int, partials, touched: d
         make = _kernel_ops(s, case, ptrs, size, sets, partials, touched)
         shape, _ = fastest_shape(s.timer, make)
         return make(shape), _shape_found(s, shape)
-    depths = list(COPY_KERNELS)
+    makes = {d: _kernel_ops(s, case, ptrs, size, sets, partials, touched, k) for d, k in COPY_KERNELS.items()}
+    depths = list(makes)
     tried = [(shape, d) for i, shape in enumerate(SHAPES) for d in (depths if i % 2 == 0 else depths[::-1])]
-    (shape, depth), _ = fastest_shape(
-        s.timer, lambda t: _kernel_ops(s, case, ptrs, size, sets, partials, touched, COPY_KERNELS[t[1]])(t[0]),
-        shapes=tried)
-    run = _kernel_ops(s, case, ptrs, size, sets, partials, touched, COPY_KERNELS[depth])(shape)
-    return run, _shape_found(s, shape) | {"loads_in_flight": depth}
+    (shape, depth), _ = fastest_shape(s.timer, lambda t: makes[t[1]](t[0]), shapes=tried)
+    return makes[depth](shape), _shape_found(s, shape) | {"loads_in_flight": depth}
 
 
 def _shape_found(s, shape) -> dict:
