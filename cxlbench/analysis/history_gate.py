@@ -150,7 +150,8 @@ def _point(row: pd.Series, base: pd.DataFrame, conf: list[pd.Series], rule: Rule
            "target": row["target"], "metric": row["metric"], "unit": row["unit"], "better": row["better"],
            "current": row["median"], "n_history": len(hist), "baseline": math.nan, "noise": math.nan,
            "change": math.nan, "p": math.nan, "confirm_changes": [], "confirm_p": [],
-           "contiguity": _finite(row.get("contiguity")), "contiguity_history": _median(base, "contiguity"),
+           "contiguity": float(row.get("contiguity", math.nan)),
+           "contiguity_history": float(base["contiguity"].median()) if "contiguity" in base else math.nan,
            "note": ""}
     if len(hist) < 3 or not (row["median"] > 0):
         return out
@@ -163,22 +164,6 @@ def _point(row: pd.Series, base: pd.DataFrame, conf: list[pd.Series], rule: Rule
         out["confirm_changes"].append(ch)
         out["confirm_p"].append(p)
     return out
-
-
-def _finite(x) -> float:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return x if math.isfinite(x) else math.nan
-
-
-def _median(rows: pd.DataFrame, column: str) -> float:
-    """The history's median of a per-run column, NaN where no run recorded it."""
-    if column not in rows.columns:
-        return math.nan
-    x = pd.to_numeric(rows[column], errors="coerce").dropna()
-    return float(x.median()) if len(x) else math.nan
 
 
 def detectable(noise: float, n: int, points: int, rule: Rule) -> float:
