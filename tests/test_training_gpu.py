@@ -131,6 +131,9 @@ def test_the_family_reports_mfu_and_a_model_verdict_on_the_gpu(tmp_path):
         assert len(mfu) == 5 and all(0 < m < 1 for m in mfu)
         assert "GPU offload" in info["what_was_measured"] or case.params["engine"] == "none"
         assert "step_model" in info and info["loss_fell"]
+        # the compute term is the replay's, not FLOPs at the GEMM rate: the first H200
+        # runs' twin ran other attention kernels, so the probe never ran there
+        assert info["step_model"]["prediction"]["compute_basis"] == "probe", info.get("notes")
 
 
 def test_pinned_copy_probe_is_in_pcie_range():

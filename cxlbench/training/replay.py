@@ -34,8 +34,8 @@ covers both the launches and the device's work; the sum is right while the host'
 issuing dominates, and overstates by the framework term (a few ms) when the device
 does (untested until a GPU run). Where the operators can't be replayed — a model
 whose parameters exceed byte_limit (2 GiB on a CPU, a quarter of a GPU's free
-memory), a minimal twin that runs other operators (attention kernels chosen by head
-size on a GPU), any error — the run says why in its notes and the model prices
+memory), a minimal twin that runs other operators (should the framework choose its
+kernels by a shape the twin shrinks), any error — the run says why in its notes and the model prices
 compute as FLOPs at the measured GEMM rate.
 """
 from __future__ import annotations
@@ -267,9 +267,12 @@ class Replay:
 
 
 def minimal(cfg: ModelConfig, train: TrainConfig) -> tuple[ModelConfig, TrainConfig]:
-    """The same architecture — layers, heads, kv heads, the same operators — at
-    shapes where each operator costs next to nothing."""
-    return (replace(cfg, name=f"{cfg.name}-minimal", dim=2 * cfg.n_heads, ffn_hidden=2, vocab_size=8),
+    """The same architecture — layers, heads, kv heads, head size, the same
+    operators — at shapes where each operator costs next to nothing. The head size
+    stays: a GPU picks its attention kernel by it (on the H200 a head of 2 was padded
+    to 8 and ran flash attention where the model's 64 ran cuDNN's), so a narrower
+    twin runs other operators and the probe could not run."""
+    return (replace(cfg, name=f"{cfg.name}-minimal", ffn_hidden=2, vocab_size=8),
             replace(train, batch=1, seq_len=2))
 
 
