@@ -321,3 +321,17 @@ def test_counts_and_sizes_read_as_a_person_writes_them():
     assert param_value("array_bytes", 1 << 29) == "512MiB"
     assert [format_count(v) for v in (2, 4194304, 1.5e9, 250e6)] == ["2", "4.19M", "1.5G", "250M"]
     assert format_count(131392, " ") == "131 k"                   # the terminal summary's form
+
+
+def test_a_bar_chart_of_long_case_names_keeps_room_for_its_bars():
+    import warnings
+    from cxlbench.report.plots import BAR_NAME_WIDTH, Chart, Series, bar_names, render
+    names = [f"ddr0 · probe matmul_model_shape · dpu {d} · engine {e} · grads on ddr0 · params on ddr0"
+             for d in (False, True) for e in ("offload", "fsdp2_cpu_offload", "none")] * 2
+    chart = Chart("Training · TFLOP/s", "TFLOP/s", "", [Series("", names, [float(i) for i in range(12)])], bars=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # matplotlib warns when the names leave the axes no width
+        svg = render(chart, "t")
+    assert svg.startswith("<svg")
+    assert all(len(line) <= BAR_NAME_WIDTH for n in bar_names(names) for line in n.split("\n"))
+    assert bar_names(["hbm0 · none"]) == ["hbm0 · none"]        # a short name stays on one line

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -101,13 +102,14 @@ def _byte_ticks(lo: float, hi: float) -> list[float]:
 def render(chart: Chart, salt: str, width: float = 7.2, height: float = 3.6) -> str:
     """The chart as an <svg> element (no XML prolog), ready to inline in HTML."""
     with matplotlib.rc_context({**RC, "svg.hashsalt": salt}):
-        if chart.bars:
-            height = max(1.6, 0.28 * len(chart.series[0].y) + 0.9) if chart.series else height
+        if chart.bars and chart.series:
+            names = bar_names(chart.series[0].x)
+            height = max(1.6, 0.28 * sum(n.count("\n") + 1 for n in names) + 0.9)
         fig = Figure(figsize=(width, height), layout="constrained")
         FigureCanvasSVG(fig)
         ax = fig.add_subplot()
         if chart.bars:
-            _draw_bars(ax, chart)
+            _draw_bars(ax, chart, names)
         else:
             _draw_lines(ax, chart)
         ax.set_title(chart.title, loc="left")
@@ -167,7 +169,17 @@ def _draw_lines(ax, chart: Chart) -> None:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=ncol, handlelength=2.6)
 
 
-def _draw_bars(ax, chart: Chart) -> None:
+BAR_NAME_WIDTH = 48      # characters a line: a longer name wraps, so the bars keep their room
+
+
+def bar_names(categories: Sequence) -> list[str]:
+    """Each bar's name, wrapped at BAR_NAME_WIDTH: a training case's name runs to 95
+    characters, and unwrapped its names took the whole figure's width and left the
+    bars none (matplotlib: "axes sizes collapsed to zero")."""
+    return [textwrap.fill(str(c), BAR_NAME_WIDTH, break_long_words=False) for c in categories]
+
+
+def _draw_bars(ax, chart: Chart, names: list[str]) -> None:
     s = chart.series[0]
     pos = list(range(len(s.y)))
     colors = s.color.split("|") if "|" in s.color else [s.color] * len(pos)
@@ -181,7 +193,7 @@ def _draw_bars(ax, chart: Chart) -> None:
         ax.errorbar(s.y, pos, xerr=[[max(y - l, 0) for y, l in zip(s.y, s.lo)],
                                     [max(h - y, 0) for y, h in zip(s.y, s.hi)]],
                     fmt="none", ecolor="#333333", capsize=2, linewidth=0.9)
-    ax.set_yticks(pos, [str(v) for v in s.x])
+    ax.set_yticks(pos, names, linespacing=1.0)
     ax.invert_yaxis()
     ax.grid(axis="y", visible=False)
     ax.set_xlim(left=0)
