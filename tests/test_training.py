@@ -240,7 +240,22 @@ def test_arena_pages_really_are_on_the_node():
         t = arena.take(1000, torch.float32)
         assert t.data_ptr() % HostArena.ALIGN == 0
         record = arena.verify()
-        assert record["found"] == {str(NODE0): (1 << 20) // 4096}
+        assert record["found"] == {str(NODE0): arena.length // 4096} and arena.length >= 1 << 20
+
+
+def test_arena_slices_never_sit_a_multiple_of_64k_apart():
+    """Power-of-two arenas on 2 MiB-aligned mappings lay AdamW's streams exactly 2^k
+    apart: 2^26 parameters stepped at 610 M params/s there against 1,700 a page apart."""
+    from itertools import combinations
+    n = 1 << 18                                   # 1 MiB of fp32: every arena a power of two
+    arenas = [HostArena(HostArena.bytes_for(n, torch.float32, 2), None, f"a{i}") for i in range(4)]
+    try:
+        starts = [a.take(n, torch.float32).data_ptr() for a in arenas for _ in range(2)]
+        assert all(s % HostArena.ALIGN == 0 for s in starts)
+        assert all(abs(a - b) % (64 << 10) for a, b in combinations(starts, 2))
+    finally:
+        for a in arenas:
+            a.close()
 
 
 def test_process_bytes_per_node_reads_numa_maps():

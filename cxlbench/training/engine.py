@@ -131,7 +131,7 @@ class ActivationStash:
         if self._resident(t):
             return ("keep", t)
         if self.arena is None:
-            self.measured += -(-t.numel() * t.element_size() // HostArena.ALIGN) * HostArena.ALIGN
+            self.measured += HostArena.bytes_for(t.numel(), t.dtype)
             return ("keep", t)
         slot = self.arena.take(t.numel(), t.dtype).view(t.shape)
         slot.copy_(t, non_blocking=True)
