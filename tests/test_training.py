@@ -857,6 +857,19 @@ def test_the_implementation_is_chosen_stepping_as_the_run_will(monkeypatch):
     assert {(d, c) for _, d, c in calls} == {(torch.float32, None)}
 
 
+def test_the_implementation_is_chosen_with_the_caches_evicted_as_the_run_evicts_them(monkeypatch):
+    from cxlbench.training import session
+    evictions = []
+
+    def probe(n, impl, before_each=None, **kw):
+        before_each()
+        evictions.append(impl)
+        return [1e9]
+    monkeypatch.setattr(session, "adamw_probe", probe)
+    session.choose_impl(5000, gpu=True, evict_bytes=1 << 20)
+    assert evictions and "native" in evictions
+
+
 def test_the_optimizer_probe_writes_the_bf16_copy_a_gpu_runs_update_writes():
     from types import SimpleNamespace
 
