@@ -258,6 +258,13 @@ def test_arena_slices_never_sit_a_multiple_of_64k_apart():
             a.close()
 
 
+def test_an_arena_sized_for_its_slices_holds_them_all_out_of_step():
+    size = 3 * 65536                              # the NVMe optimizer's buffers: sized by hand
+    with HostArena(4 * size, None, "buffers") as arena:
+        starts = [arena.take(size // 4, torch.float32).data_ptr() for _ in range(4)]
+    assert [b - a for a, b in zip(starts, starts[1:])] == [size + HostArena.ALIGN] * 3
+
+
 def test_process_bytes_per_node_reads_numa_maps():
     text = ("7f00 default anon=3 dirty=3 N0=2 N1=1 kernelpagesize_kB=4\n"
             "7f80 bind:1 anon=1 N1=1 kernelpagesize_kB=2048\n")
@@ -950,3 +957,16 @@ def test_delayed_update_hides_the_shorter_chain_behind_the_longer():
         assert predict(w, r, "dpu").step_s <= predict(w, r, "overlapped").step_s
     with pytest.raises(ValueError, match="dpu-shared"):
         predict(w, fast_host, "concurrent")
+
+
+def test_the_replay_refuses_when_the_model_and_its_twin_exceed_its_limit(monkeypatch):
+    from cxlbench.training import replay
+    from cxlbench.training.session import _twin
+    cfg, train = model_config("tiny"), train_config("tiny")
+    model_bytes = cfg.num_params() * 4
+    monkeypatch.setattr(replay, "byte_limit", lambda device: model_bytes + 1)   # the model alone fits
+    notes: list[str] = []
+    probe = replay.Probe(_twin("offload", torch.device("cpu"), torch.float32), cfg, train,
+                         torch.device("cpu"), 4, notes)
+    assert probe.replay is None
+    assert len(notes) == 1 and "the model's and its twin's" in notes[0]

@@ -90,51 +90,55 @@ class HostArena:
     streams (p, m, v, g) then met in the same cache sets and DRAM banks: on the AMD
     EPYC VM 2^26 parameters stepped at 610 M params/s in such arenas against 1,700 with
     the same bytes a page or more out of step (STREAM pads its arrays for the same
-    reason). So successive arenas start their first slice 0, 2, 4 ... 14 pages in, in
-    turn, and each later slice starts a page past the one before where the arena has
-    room (bytes_for reserves that page): the slices of neighbouring arenas, two each as
-    the engine's m and v, start at distinct offsets modulo 64 KiB."""
+    reason). So successive arenas start their first slice at 0, 8, 16 ... 56 KiB modulo
+    64 KiB of its address, in turn, and the next STEPPED slices of an arena each start
+    a page past the one before: neighbouring arenas' slices, two each as the engine's
+    m and v, start at distinct offsets modulo 64 KiB. The arena maps the room for
+    both beyond the nbytes asked, so a caller's sizing holds."""
 
     ALIGN = 4096      # every slice starts on a page: O_DIRECT I/O and clean page checks
-    COLOURS = 8       # first-slice offsets (2 pages apart) that successive arenas take in turn
+    SPAN = 64 << 10   # the offsets are taken modulo this
+    COLOURS = 8       # first-slice offsets (SPAN / COLOURS apart) that successive arenas take in turn
+    STEPPED = 15      # later slices that start a page past the one before
     _colour = itertools.count()
 
     def __init__(self, nbytes: int, node: int | None, name: str = "arena"):
         self.name, self.node = name, node
-        self.first = next(HostArena._colour) % self.COLOURS * 2 * self.ALIGN
-        self.length = max(PAGE, -(-(nbytes + self.first) // PAGE) * PAGE)
+        room = self.SPAN + self.STEPPED * self.ALIGN
+        self.length = max(PAGE, -(-(nbytes + room) // PAGE) * PAGE)
         self._buffer = None
         if node is not None:
             self._buffer = allocate(self.length, node, page="4k")   # bound, faulted in, verified
             self.addr = int(self._buffer.addr)
         else:
             self.addr = _map_anywhere(self.length)
+        colour = next(HostArena._colour) % self.COLOURS * (self.SPAN // self.COLOURS)
+        self.first = (colour - self.addr) % self.SPAN        # the first slice's address ≡ colour
         raw = (ctypes.c_char * self.length).from_address(self.addr)
         self.bytes = torch.frombuffer(raw, dtype=torch.uint8, count=self.length)
         self.bytes.zero_()                   # (re)touch every page now, not inside a timed step
-        self.used = self.first
+        self.used, self.slices = self.first, 0
         self.pinned = False
 
     @classmethod
     def bytes_for(cls, numel: int, dtype: torch.dtype, count: int = 1) -> int:
-        """Arena bytes that hold `count` slices of numel elements (each slice aligned,
-        with the page that puts it out of step with the one before)."""
+        """Arena bytes that hold `count` slices of numel elements (each slice aligned)."""
         size = numel * torch.tensor([], dtype=dtype).element_size()
-        return count * (-(-size // cls.ALIGN) * cls.ALIGN + cls.ALIGN)
+        return count * (-(-size // cls.ALIGN) * cls.ALIGN)
 
     def take(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
         """The next free slice as a 1-D tensor of `numel` elements."""
         size = numel * torch.tensor([], dtype=dtype).element_size()
         start = -(-self.used // self.ALIGN) * self.ALIGN
-        if start > self.first and start + self.ALIGN + size <= self.length:
-            start += self.ALIGN              # out of step with the slice before, where it fits
+        if 0 < self.slices <= self.STEPPED:
+            start += self.ALIGN              # out of step with the slice before (room mapped for it)
         if start + size > self.length:
             raise PlacementError(f"{self.name}: {size} bytes do not fit ({self.length - start} left)")
-        self.used = start + size
+        self.used, self.slices = start + size, self.slices + 1
         return self.bytes[start:start + size].view(dtype)
 
     def reset(self) -> None:
-        self.used = self.first
+        self.used, self.slices = self.first, 0
 
     def verify(self, nodes_of: PageNodes = page_nodes) -> dict:
         if self.node is None:
