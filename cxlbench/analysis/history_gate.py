@@ -189,7 +189,8 @@ def _decide(v: HistoryVerdict) -> HistoryVerdict:
     waiting = suspect & (t["confirm_changes"].map(len) < rule.confirmations)
     t.loc[suspect & ~waiting & ~pd.Series(confirmed, index=t.index), "verdict"] = "not confirmed"
     # the same test the good way (its own Benjamini-Hochberg family): information, no exit code
-    t["q_faster"] = bh_adjust(1.0 - t["p"].to_numpy(float))
+    t["p_faster"] = 1.0 - t["p"]
+    t["q_faster"] = bh_adjust(t["p_faster"].to_numpy(float))
     good = [(c >= rule.threshold) if h else (c <= -rule.threshold) for c, h in zip(t["change"], higher)]
     t.loc[(t["q_faster"] <= rule.q) & pd.Series(good, index=t.index), "verdict"] = "faster"
     t["note"] = [_contiguity_note(r) for r in t.to_dict("records")]

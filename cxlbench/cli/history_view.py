@@ -76,7 +76,7 @@ def verdict_text(v: HistoryVerdict) -> str:
 def _p_q(r) -> tuple[float, float]:
     """The p and q of the test that gave the verdict: the good way's for a faster point."""
     if r.get("verdict") == "faster":
-        return 1.0 - r["p"], r.get("q_faster", math.nan)
+        return r["p_faster"], r["q_faster"]
     return r["p"], r.get("q", math.nan)
 
 
