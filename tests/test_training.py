@@ -864,6 +864,34 @@ def test_the_implementation_is_chosen_stepping_as_the_run_will(monkeypatch):
     assert {(d, c) for _, d, c in calls} == {(torch.float32, None)}
 
 
+def test_the_implementation_is_chosen_on_the_median_of_rounds_taken_in_turn_not_on_one_fast_reading(monkeypatch):
+    from cxlbench.training import session
+    order, seen = [], {}
+
+    def probe(n, impl, **kw):
+        order.append(impl)
+        seen[impl] = seen.get(impl, 0) + 1
+        if impl == "fused":                       # one fast reading, as the H200 host gave once
+            return [5e9 if seen[impl] == 1 else 1e9]
+        return [2e9 if impl == "native" else 0.5e9]
+    monkeypatch.setattr(session, "adamw_probe", probe)
+    impl, rates = session.choose_impl(1 << 30, gpu=True, chunk=1 << 10, rounds=5)
+    assert impl == "native" and rates["fused"] == 1e9
+    first = order[:len(rates)]
+    assert order == first * 5 and set(first) == set(rates)   # every round probes each, in turn
+
+
+def test_the_implementation_is_chosen_in_the_runs_own_chunks(monkeypatch):
+    from cxlbench.training import session
+    calls = []
+    monkeypatch.setattr(session, "adamw_probe", lambda n, impl, **kw: calls.append((n, kw["chunk"])) or [1e9])
+    session.choose_impl(1 << 30, chunk=1 << 20)
+    assert set(calls) == {(session.CHOICE_CHUNKS << 20, 1 << 20)}
+    calls.clear()
+    session.choose_impl(3000, chunk=1 << 20)          # a model smaller than a chunk: one chunk of it
+    assert set(calls) == {(3000, 3000)}
+
+
 def test_the_implementation_is_chosen_with_the_caches_evicted_as_the_run_evicts_them(monkeypatch):
     from cxlbench.training import session
     evictions = []

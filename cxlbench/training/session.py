@@ -27,6 +27,8 @@ from cxlbench.training.stepmodel import Prediction, Rates, Verdict, Workload, co
 #: a run "learns" when its last steps' loss is this fraction below its first step's
 LOSS_FALL = 0.05
 PROBE_MAX_PARAMS = 1 << 26      # rate probes work on at most this many parameters (1 GiB fp32)
+CHOICE_CHUNKS = 4               # choose_impl steps this many of the run's chunks: their seams are in it
+CHOICE_ROUNDS = 5               # ... once per round, the implementations in turn
 ENGINES = ("offload", "none", "fsdp2_cpu_offload")
 
 
@@ -99,28 +101,34 @@ def loss_warning(losses: list[float]) -> str | None:
 
 
 def choose_impl(n_params: int, nodes_of_state: dict | None = None, gpu: bool = False,
-                evict_bytes: int = 0) -> tuple[str, dict]:
-    """The fastest available CPU AdamW on the run's own tiers (params/s of each, from a
-    short probe on up to 4M parameters placed like the run's state), stepping as the
-    run will: for a GPU, bf16 gradients in and a bf16 copy out; after evicting the
-    caches as the run's forward and backward do. Without that, 4M parameters (112 MB
-    of state) stepped hot in the H200 host's 300 MiB L3: native 9.4 G params/s against
-    torch's fused 4.6, where the run's state, from DRAM, stepped at 3.6-3.8."""
+                evict_bytes: int = 0, chunk: int | None = None,
+                rounds: int = CHOICE_ROUNDS) -> tuple[str, dict]:
+    """The fastest available CPU AdamW on the run's own tiers (params/s of each, the
+    median of `rounds` probe steps taken in turn, on up to CHOICE_CHUNKS of the run's
+    chunks placed like its state), stepping as the run will: in its chunks; for a GPU,
+    bf16 gradients in and a bf16 copy out; after evicting the caches as the run's
+    forward and backward do. Without the eviction, 4M parameters (112 MB of state)
+    stepped hot in the H200 host's 300 MiB L3: native 9.4 G params/s against torch's
+    fused 4.6, where the run's state, from DRAM, stepped at 3.6-3.8. In turn, because
+    three steps of each, one implementation after the other, read torch's fused at
+    3.58 G params/s on that host in one run and 2.23 in the next: the 3.58 chose fused
+    over native (3.44), and the 1b step's update then took 594 ms where native's took
+    422-466."""
     from cxlbench.training.optimizer import IMPLS, NoWorkDone, unavailable
-    n = min(n_params, 1 << 22)
+    chunk = chunk or (1 << 22)
+    n = min(n_params, CHOICE_CHUNKS * chunk)
     grad_dtype = torch.bfloat16 if gpu else torch.float32
     copy = torch.empty(n, dtype=torch.bfloat16) if gpu else None
     evict = probes.evictor(evict_bytes)
-    rates = {}
-    for impl in IMPLS:
-        if impl == "forloop" or unavailable(impl):
-            continue
-        try:
-            rates[impl] = statistics.median(adamw_probe(n, impl, steps=3, nodes=nodes_of_state,
-                                                        grad_dtype=grad_dtype, narrow_into=copy,
-                                                        before_each=evict))
-        except NoWorkDone:                    # never chosen; the probe said why
-            continue
+    samples = {impl: [] for impl in IMPLS if impl != "forloop" and not unavailable(impl)}
+    for _ in range(rounds):
+        for impl in list(samples):
+            try:
+                samples[impl] += adamw_probe(n, impl, steps=1, nodes=nodes_of_state, grad_dtype=grad_dtype,
+                                             chunk=min(chunk, n), narrow_into=copy, before_each=evict)
+            except NoWorkDone:                # never chosen; the probe said why
+                del samples[impl]
+    rates = {impl: statistics.median(v) for impl, v in samples.items()}
     return max(rates, key=rates.get), rates
 
 
@@ -152,7 +160,7 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     impl_rates = None
     if spec.impl == "auto" and spec.engine == "offload":
         impl, impl_rates = choose_impl(cfg.num_params(), _state_nodes(spec), spec.device.startswith("cuda"),
-                                       spec.evict_bytes)
+                                       spec.evict_bytes, train.chunk_params)
         spec = replace(spec, impl=impl)
     elif spec.impl == "auto":
         spec = replace(spec, impl="fused")
