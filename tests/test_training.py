@@ -792,13 +792,21 @@ def test_a_probe_that_fails_leaves_a_note_and_the_flops_model(monkeypatch):
     assert probe.result() is None and "stopped after 0 steps" in notes[0]
 
 
-def test_a_gpu_replays_inputs_up_to_a_quarter_of_its_free_memory_a_cpu_up_to_2_gib(monkeypatch):
+def test_a_gpu_replays_inputs_in_what_the_steps_peak_leaves_free_a_cpu_up_to_2_gib(monkeypatch):
     from cxlbench.training import replay
     gib = 1 << 30
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (120 * gib, 141 * gib))
-    assert replay.byte_limit(torch.device("cuda", 0)) == 30 * gib      # an H200 after a 1b run's state
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (4 * gib, 16 * gib))
-    assert replay.byte_limit(torch.device("cuda", 0)) == 2 * gib       # never below the CPU's
+
+    def gpu(free, reserved, allocated, peak):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free * gib, 141 * gib))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: reserved * gib)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated * gib)
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: peak * gib)
+        return replay.byte_limit(torch.device("cuda", 0)) / gib
+    # the 3b on an H200's HBM: 48 GiB of state, steps peaking 40 GiB above it, the cache holding it
+    assert gpu(free=36, reserved=90, allocated=48, peak=88) == pytest.approx(0.9 * (36 + 42) - 40)
+    assert gpu(free=36, reserved=90, allocated=48, peak=88) > 13.4       # its 13.4 GiB of inputs fit
+    assert gpu(free=130, reserved=2, allocated=1, peak=1) == pytest.approx(0.9 * 131)   # state on the host
+    assert gpu(free=4, reserved=60, allocated=20, peak=62) == 0          # the steps take all there is
     assert replay.byte_limit(torch.device("cpu")) == 2 * gib
 
 

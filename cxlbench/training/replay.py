@@ -33,8 +33,8 @@ compute = kernels + framework. On a GPU the replay's wall clock (synchronised)
 covers both the launches and the device's work; the sum is right while the host's
 issuing dominates, and overstates by the framework term (a few ms) when the device
 does (untested until a GPU run). Where the operators can't be replayed — a model
-whose parameters exceed byte_limit (2 GiB on a CPU, a quarter of a GPU's free
-memory), a minimal twin that runs other operators (should the framework choose its
+whose parameters exceed byte_limit (2 GiB on a CPU; on a GPU what is left beside
+the steps' own peak), a minimal twin that runs other operators (should the framework choose its
 kernels by a shape the twin shrinks), any error — the run says why in its notes and the model prices
 compute as FLOPs at the measured GEMM rate.
 """
@@ -58,14 +58,22 @@ REPLAY_MAX_BYTES = 2 << 30
 
 
 def byte_limit(device: torch.device) -> int:
-    """How many bytes of copied inputs a replay may keep. A GPU's is a quarter of its
-    free memory (the pass's own activations come on top): the fixed 2 GiB kept the
-    first H200 run's 1b (2.8 GiB in bf16) unprobed with over 100 GiB free, and its
-    compute priced as FLOPs at the GEMM rate read 0.6x the step's."""
+    """How many bytes of copied inputs a replay may keep. On a GPU: what the device
+    has left (free, and what torch's allocator holds unused), less what the steps
+    take above their resident state (the peak so far over what is allocated now: a
+    replay pass, the same operators, takes as much again, and the run's later steps
+    need it beside the copies), a tenth kept back. A fixed 2 GiB kept the first H200
+    run's 1b (2.8 GiB in bf16) unprobed with over 100 GiB free; a quarter of the free
+    memory then kept the 3b on HBM (13.4 GiB of fp32 inputs) unprobed beside 36 GiB
+    free and the allocator's cache, and its compute priced as FLOPs read 0.59x the
+    step's."""
     if device.type != "cuda":
         return REPLAY_MAX_BYTES
     free, _total = torch.cuda.mem_get_info(device)
-    return max(REPLAY_MAX_BYTES, free // 4)
+    allocated = torch.cuda.memory_allocated(device)
+    cached = torch.cuda.memory_reserved(device) - allocated
+    transient = torch.cuda.max_memory_allocated(device) - allocated
+    return max(0, int(0.9 * (free + cached)) - transient)
 
 
 @dataclass(frozen=True)
