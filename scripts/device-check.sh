@@ -12,7 +12,7 @@
 #   2. the training what-if, first because it is what cxlbench is for
 #      (suites/training-gpu.toml: 1b all on HBM, optimizer state on DDR with
 #      and without DPU, FSDP2's CPU offload; each step beside the step-time
-#      model), a run of its own                          (<= 280 s, OUT/training.txt)
+#      model), a run of its own                          (<= 330 s, OUT/training.txt)
 #   3. the GPU suite (suites/gpu.toml) in what time is left, its run and HTML
 #      report into OUT
 #   4. the GPU tests (tests/test_gpu_device.py): kernels compile, mapped host
@@ -35,7 +35,7 @@ OUT=${1:?usage: scripts/device-check.sh OUT_DIR [NVME_DIR]}
 NVME=${2:-}
 BUDGET=${BUDGET:-330}
 DEADLINE=${DEADLINE:-520}
-TRAIN_S=${TRAIN_S:-280}
+TRAIN_S=${TRAIN_S:-330}
 TESTS_S=${TESTS_S:-60}                 # 0: the smoke ran them already
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)          # relative to where we were called
 if [ -n "$NVME" ]; then NVME=$(cd "$NVME" && pwd) || exit 2; fi
