@@ -807,6 +807,13 @@ def test_a_gpu_replays_inputs_in_what_the_steps_peak_leaves_free_a_cpu_up_to_2_g
     assert gpu(free=36, reserved=90, allocated=48, peak=88) > 13.4       # its 13.4 GiB of inputs fit
     assert gpu(free=130, reserved=2, allocated=1, peak=1) == pytest.approx(0.9 * 131)   # state on the host
     assert gpu(free=4, reserved=60, allocated=20, peak=62) == 0          # the steps take all there is
+    # once recorded, the 13.4 GiB of copies are held: they are not counted twice against the room
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: ((36 - 13.4) * gib, 141 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: (48 + 13.4) * gib)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: (90 + 13.4) * gib)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: (88 + 13.4) * gib)
+    assert replay.byte_limit(torch.device("cuda", 0), held=int(13.4 * gib)) / gib == pytest.approx(
+        0.9 * (36 + 42) - 40, abs=1e-6)
     assert replay.byte_limit(torch.device("cpu")) == 2 * gib
 
 

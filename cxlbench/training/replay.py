@@ -57,9 +57,10 @@ from cxlbench.training.probes import seconds
 REPLAY_MAX_BYTES = 2 << 30
 
 
-def byte_limit(device: torch.device) -> int:
+def byte_limit(device: torch.device, held: int = 0) -> int:
     """How many bytes of copied inputs a replay may keep. On a GPU: what the device
-    has left (free, and what torch's allocator holds unused), less what the steps
+    has left (free, and what torch's allocator holds unused, and `held`, the bytes
+    of the copies in question where they are made already), less what the steps
     take above their resident state (the peak so far over what is allocated now: a
     replay pass, the same operators, takes as much again, and the run's later steps
     need it beside the copies), a tenth kept back. A fixed 2 GiB kept the first H200
@@ -73,7 +74,7 @@ def byte_limit(device: torch.device) -> int:
     allocated = torch.cuda.memory_allocated(device)
     cached = torch.cuda.memory_reserved(device) - allocated
     transient = torch.cuda.max_memory_allocated(device) - allocated
-    return max(0, int(0.9 * (free + cached)) - transient)
+    return max(0, int(0.9 * (free + cached + held)) - transient)
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ class Replay:
     inputs. Built with one untimed pass (allocator, thread pool, lazy initialisation)."""
 
     def __init__(self, trace: Trace, device: torch.device):
-        limit = byte_limit(device)
+        limit = byte_limit(device, held=trace.input_bytes)     # record() has copied them
         if trace.input_bytes > limit:
             raise ValueError(f"the step's operators need {trace.input_bytes / 2**30:.1f} GiB of inputs "
                              f"to replay (limit {limit / 2**30:.0f} GiB)")
