@@ -804,17 +804,29 @@ def test_a_gpu_replays_inputs_in_what_the_steps_peak_leaves_free_a_cpu_up_to_2_g
         return replay.byte_limit(torch.device("cuda", 0)) / gib
     # the 3b on an H200's HBM: 48 GiB of state, steps peaking 40 GiB above it, the cache holding it
     assert gpu(free=36, reserved=90, allocated=48, peak=88) == pytest.approx(0.9 * (36 + 42) - 40)
-    assert gpu(free=36, reserved=90, allocated=48, peak=88) > 13.4       # its 13.4 GiB of inputs fit
     assert gpu(free=130, reserved=2, allocated=1, peak=1) == pytest.approx(0.9 * 131)   # state on the host
     assert gpu(free=4, reserved=60, allocated=20, peak=62) == 0          # the steps take all there is
-    # once recorded, the 13.4 GiB of copies are held: they are not counted twice against the room
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: ((36 - 13.4) * gib, 141 * gib))
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: (48 + 13.4) * gib)
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: (90 + 13.4) * gib)
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: (88 + 13.4) * gib)
-    assert replay.byte_limit(torch.device("cuda", 0), held=int(13.4 * gib)) / gib == pytest.approx(
-        0.9 * (36 + 42) - 40, abs=1e-6)
     assert replay.byte_limit(torch.device("cpu")) == 2 * gib
+
+
+def test_the_probe_takes_the_replays_limit_once_before_anything_is_copied(monkeypatch):
+    from cxlbench.training import replay
+    from cxlbench.training.session import _twin
+    cfg, train = model_config("tiny"), train_config("tiny")
+    taken = []
+
+    def limit(device):
+        taken.append(device)
+        return 2 << 30
+    monkeypatch.setattr(replay, "byte_limit", limit)
+    notes: list[str] = []
+    probe = replay.Probe(_twin("none", torch.device("cpu"), None), cfg, train, torch.device("cpu"), 4, notes)
+    assert probe.replay is not None and len(taken) == 1, notes
+    x = torch.ones(64)
+    trace = replay.record(lambda: x * 2)
+    assert trace.input_bytes == 256
+    with pytest.raises(ValueError, match="to replay"):
+        replay.Replay(trace, torch.device("cpu"), limit=trace.input_bytes - 1)
 
 
 def test_a_run_learns_when_its_last_three_losses_sit_5_percent_below_its_first():

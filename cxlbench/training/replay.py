@@ -57,13 +57,14 @@ from cxlbench.training.probes import seconds
 REPLAY_MAX_BYTES = 2 << 30
 
 
-def byte_limit(device: torch.device, held: int = 0) -> int:
-    """How many bytes of copied inputs a replay may keep. On a GPU: what the device
-    has left (free, and what torch's allocator holds unused, and `held`, the bytes
-    of the copies in question where they are made already), less what the steps
-    take above their resident state (the peak so far over what is allocated now: a
-    replay pass, the same operators, takes as much again, and the run's later steps
-    need it beside the copies), a tenth kept back. A fixed 2 GiB kept the first H200
+def byte_limit(device: torch.device) -> int:
+    """How many bytes of copied inputs a replay may keep, measured before any is
+    copied. On a GPU: what the device has left (free, and what torch's allocator
+    holds unused), less what the warm-up steps took above their resident state (the
+    peak since they began over what is allocated now: a replay pass, the same
+    operators, takes as much again, and the later steps need it beside the copies),
+    a tenth kept back. Recording takes more for a moment (the recorded model's
+    gradients): an out-of-memory error there stops the probe with a note. A fixed 2 GiB kept the first H200
     run's 1b (2.8 GiB in bf16) unprobed with over 100 GiB free; a quarter of the free
     memory then kept the 3b on HBM (13.4 GiB of fp32 inputs) unprobed beside 36 GiB
     free and the allocator's cache, and its compute priced as FLOPs read 0.59x the
@@ -74,7 +75,7 @@ def byte_limit(device: torch.device, held: int = 0) -> int:
     allocated = torch.cuda.memory_allocated(device)
     cached = torch.cuda.memory_reserved(device) - allocated
     transient = torch.cuda.max_memory_allocated(device) - allocated
-    return max(0, int(0.9 * (free + cached + held)) - transient)
+    return max(0, int(0.9 * (free + cached)) - transient)
 
 
 @dataclass(frozen=True)
@@ -259,8 +260,10 @@ class Replay:
     """A trace ready to run: its program over the trace's copies of its outside
     inputs. Built with one untimed pass (allocator, thread pool, lazy initialisation)."""
 
-    def __init__(self, trace: Trace, device: torch.device):
-        limit = byte_limit(device, held=trace.input_bytes)     # record() has copied them
+    def __init__(self, trace: Trace, device: torch.device, limit: int | None = None):
+        # limit: byte_limit as it was before record() copied the inputs (measured after,
+        # the copies would be charged against the room they already take)
+        limit = byte_limit(device) if limit is None else limit
         if trace.input_bytes > limit:
             raise ValueError(f"the step's operators need {trace.input_bytes / 2**30:.1f} GiB of inputs "
                              f"to replay (limit {limit / 2**30:.0f} GiB)")
@@ -348,9 +351,9 @@ class Probe:
             small_trace = record(small)
             if _names(small_trace) != _names(trace):
                 raise ValueError("the minimal twin runs other operators than the model")
-            self.framework = _interleaved(small, Replay(small_trace, device), device, reps)
+            self.framework = _interleaved(small, Replay(small_trace, device, limit), device, reps)
             del small, small_trace
-            self.replay = Replay(trace, device)
+            self.replay = Replay(trace, device, limit)
             self.resident_bytes = _allocated(device) - before
         except Exception as e:                      # the probe's failure is not the run's
             self._stop(e, "not run")

@@ -129,6 +129,8 @@ def choose_impl(n_params: int, nodes_of_state: dict | None = None, gpu: bool = F
             except NoWorkDone:                # never chosen; the probe said why
                 del samples[impl]
     rates = {impl: statistics.median(v) for impl, v in samples.items()}
+    if not rates:
+        raise RuntimeError("no CPU AdamW implementation updated the parameters in its probe here")
     return max(rates, key=rates.get), rates
 
 
@@ -179,6 +181,7 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
         batches = [engine.prepare(b) for b in
                    data.batches(train.warmup_steps + train.steps, train.batch, train.seq_len)]
         before = engine.verify(nodes_of)
+        engine.reset_peaks()          # the replay's room is what these steps leave: not an earlier run's
         warmup = [engine.step(*b) for b in batches[:train.warmup_steps]]
         probe = _compute_probe(engine, spec, cfg, train)
         engine.reset_peaks()
