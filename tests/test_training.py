@@ -675,16 +675,22 @@ def test_the_c_cores_adamw_is_torchs_adamw_on_every_slice(threads, isa, monkeypa
         _native.adamw_step(p0.data_ptr(), 0, p0.data_ptr(), p0.data_ptr(), 8, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1)
 
 
+@pytest.mark.parametrize("stores", ["streaming", "plain", "misaligned"])
 @pytest.mark.parametrize("isa", ["best", "avx2", "scalar"])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_the_one_pass_bf16_update_is_the_widen_update_narrow_passes_to_the_bit(threads, isa, monkeypatch):
+def test_the_one_pass_bf16_update_is_the_widen_update_narrow_passes_to_the_bit(threads, isa, stores,
+                                                                              monkeypatch):
     """bf16 gradients in and a bf16 copy out, in the kernel's own pass: p, m and v are
     bit for bit what widening first and updating in fp32 gives, and the copy is
-    torch's own narrowing of p (nearest even, every slice edge and the tail)."""
+    torch's own narrowing of p (nearest even, every slice edge and the tail), whether
+    written with streaming stores, ordinary ones, or ordinary ones because the copy
+    is not aligned for streaming."""
     from cxlbench.training.optimizer import AdamWHyper, HostAdamW
     torch.set_num_threads(threads)
     if isa != "best":
         monkeypatch.setenv("CXLBENCH_ADAMW_ISA", isa)
+    if stores == "plain":
+        monkeypatch.setenv("CXLBENCH_ADAMW_STORES", "plain")
     n = (1 << 18) + 13
     gen = torch.Generator().manual_seed(5)
     p0 = torch.randn(n, generator=gen)
@@ -692,7 +698,8 @@ def test_the_one_pass_bf16_update_is_the_widen_update_narrow_passes_to_the_bit(t
     out = {}
     for name, g_of in (("unfused", lambda g: g.float()), ("fused", lambda g: g)):
         p, m, v = p0.clone(), torch.zeros(n), torch.zeros(n)
-        copy = torch.zeros(n, dtype=torch.bfloat16)
+        copy = torch.zeros(n + 1, dtype=torch.bfloat16)[1:] if stores == "misaligned" else \
+            torch.zeros(n, dtype=torch.bfloat16)
         opt = HostAdamW(p, m, v, n, AdamWHyper(), "native", chunk=1 << 17,
                         narrow_into=copy if name == "fused" else None)
         for g in grads:
@@ -707,9 +714,13 @@ def test_the_one_pass_narrowing_rounds_ties_to_even_and_keeps_nan_inf_and_signs(
     from cxlbench import _native
     bits = torch.tensor([0x3F808000, 0x3F818000, 0x3F80C000, 0x3F807FFF, 0x7F7FFFFF, 0x7F800000,
                          0xFF800000, 0x80000001, 0x00000000, 0x7FC00001], dtype=torch.int64)
-    for isa in ("best", "avx2", "scalar"):
+    for isa, stores in [(i, st) for i in ("best", "avx2", "scalar") for st in ("streaming", "plain")]:
         if isa != "best":
             monkeypatch.setenv("CXLBENCH_ADAMW_ISA", isa)
+        if stores == "plain":
+            monkeypatch.setenv("CXLBENCH_ADAMW_STORES", "plain")
+        else:
+            monkeypatch.delenv("CXLBENCH_ADAMW_STORES", raising=False)
         n = 3 * 16 + 2                      # every path's vector loop and its scalar tail
         p = bits.to(torch.int32).view(torch.float32).repeat(6)[:n].clone()
         want = p.to(torch.bfloat16)
@@ -719,8 +730,8 @@ def test_the_one_pass_narrowing_rounds_ties_to_even_and_keeps_nan_inf_and_signs(
         _native.adamw_step_bf16(p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), copy.data_ptr(),
                                 n, 1, 0.0, 0.9, 0.95, 1e-8, 0.0)
         nan = torch.isnan(want)
-        assert torch.equal(torch.isnan(copy), nan), isa
-        assert torch.equal(copy[~nan].view(torch.int16), want[~nan].view(torch.int16)), isa
+        assert torch.equal(torch.isnan(copy), nan), (isa, stores)
+        assert torch.equal(copy[~nan].view(torch.int16), want[~nan].view(torch.int16)), (isa, stores)
     with pytest.raises(ValueError, match="only copy may be 0"):      # not a crash on a NULL gradient
         _native.adamw_step_bf16(p.data_ptr(), 0, m.data_ptr(), v.data_ptr(), 0, n, 1, 1e-3, 0.9, 0.95, 1e-8, 0.0)
 

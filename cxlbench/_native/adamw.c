@@ -36,6 +36,7 @@ struct adamw {
     const float *g;                 /* fp32 gradients, or NULL and ... */
     const uint16_t *g16;            /* ... bf16 gradients, widened as they are read */
     uint16_t *copy16;               /* NULL, or where the updated p also goes in bf16 */
+    int stream;                     /* write copy16 with streaming stores (see narrow8) */
     float decay, b2, one_b1, one_b2, step_size, bc2_sqrt, eps;
 };
 
@@ -87,9 +88,12 @@ static inline __m256 load8(const struct adamw *a, size_t i)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* f32_to_bf16, eight at a time */
+/* f32_to_bf16, eight at a time. The copy is read next by the GPU's DMA, not by
+ * this CPU: a streaming store writes its lines without first reading them (an
+ * ordinary store's read for ownership adds 2 bytes a parameter to the 28 the
+ * update moves), where the caller has checked the alignment they need. */
 __attribute__((target("avx2,fma")))
-static inline void narrow8(uint16_t *out, __m256 p)
+static inline void narrow8(uint16_t *out, __m256 p, int stream)
 {
     __m256i bits = _mm256_castps_si256(p);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
@@ -97,7 +101,10 @@ static inline void narrow8(uint16_t *out, __m256 p)
     __m256 nan = _mm256_cmp_ps(p, p, _CMP_UNORD_Q);
     r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(nan));
     __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128((__m128i *)out, packed);
+    if (stream)
+        _mm_stream_si128((__m128i *)out, packed);
+    else
+        _mm_storeu_si128((__m128i *)out, packed);
 }
 
 __attribute__((target("avx2,fma")))
@@ -119,8 +126,10 @@ static void update_avx2(const struct adamw *a, size_t lo, size_t hi)
         _mm256_storeu_ps(a->v + i, v);
         _mm256_storeu_ps(a->p + i, p);
         if (a->copy16)
-            narrow8(a->copy16 + i, p);
+            narrow8(a->copy16 + i, p, a->stream);
     }
+    if (a->stream)
+        _mm_sfence();               /* the streamed lines are visible before the copy is shipped */
     update_scalar(a, i, hi);
 }
 /* Sixteen at a time where the CPU has AVX-512: on one core the update is bound by
@@ -137,14 +146,17 @@ static inline __m512 load16(const struct adamw *a, size_t i)
 
 /* f32_to_bf16, sixteen at a time (AVX-512F alone: no AVX512_BF16 needed) */
 __attribute__((target("avx512f")))
-static inline void narrow16(uint16_t *out, __m512 p)
+static inline void narrow16(uint16_t *out, __m512 p, int stream)
 {
     __m512i bits = _mm512_castps_si512(p);
     __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
     __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
     r = _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC0));
-    _mm256_storeu_si256((__m256i *)out, _mm512_cvtepi32_epi16(r));
+    if (stream)
+        _mm256_stream_si256((__m256i *)out, _mm512_cvtepi32_epi16(r));
+    else
+        _mm256_storeu_si256((__m256i *)out, _mm512_cvtepi32_epi16(r));
 }
 
 __attribute__((target("avx512f")))
@@ -166,8 +178,10 @@ static void update_avx512(const struct adamw *a, size_t lo, size_t hi)
         _mm512_storeu_ps(a->v + i, v);
         _mm512_storeu_ps(a->p + i, p);
         if (a->copy16)
-            narrow16(a->copy16 + i, p);
+            narrow16(a->copy16 + i, p, a->stream);
     }
+    if (a->stream)
+        _mm_sfence();
     update_scalar(a, i, hi);
 }
 #endif
@@ -194,17 +208,33 @@ static enum isa pick_isa(void)
     return best;
 }
 
-static void update(const struct adamw *a, enum isa isa, size_t lo, size_t hi)
+/* CXLBENCH_ADAMW_STORES=plain writes the bf16 copy with ordinary stores, so that
+ * the tests check both paths and an A/B can time them. */
+static int streaming_wanted(void)
+{
+    const char *s = getenv("CXLBENCH_ADAMW_STORES");
+    return !(s && strcmp(s, "plain") == 0);
+}
+
+static void update(const struct adamw *a, enum isa isa, int stream, size_t lo, size_t hi)
 {
 #if defined(__x86_64__) || defined(__i386__)
+    /* a slice streams where its vectors' stores land aligned: 32 bytes (AVX-512's
+     * sixteen bf16) or 16 (AVX2's eight) */
+    struct adamw s = *a;
+    uintptr_t start = (uintptr_t)(a->copy16 + lo);
     if (isa == AVX512) {
-        update_avx512(a, lo, hi);
+        s.stream = stream && a->copy16 && start % 32 == 0;
+        update_avx512(&s, lo, hi);
         return;
     }
     if (isa == AVX2) {
-        update_avx2(a, lo, hi);
+        s.stream = stream && a->copy16 && start % 16 == 0;
+        update_avx2(&s, lo, hi);
         return;
     }
+#else
+    (void)stream;
 #endif
     update_scalar(a, lo, hi);
 }
@@ -225,6 +255,7 @@ static int run(struct adamw a, size_t n, uint64_t step, double lr, double beta1,
     a.bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)step));
     a.eps = (float)eps;
     enum isa isa = pick_isa();
+    int stream = streaming_wanted();
     /* OpenMP, not threads of our own: the caller is torch's training step, and
      * torch's OpenMP workers spin on every CPU for a while after each operator.
      * A thread of ours pinned beside a spinner waited ~1 ms a call (4 M params:
@@ -243,10 +274,10 @@ static int run(struct adamw a, size_t n, uint64_t step, double lr, double beta1,
         size_t t = (size_t)omp_get_thread_num(), k = (size_t)omp_get_num_threads();
         size_t chunk = ((n + k - 1) / k + 15) / 16 * 16;   /* slices start on 64-byte lines */
         size_t lo = t * chunk < n ? t * chunk : n, hi = lo + chunk < n ? lo + chunk : n;
-        update(&a, isa, lo, hi);
+        update(&a, isa, stream, lo, hi);
     }
 #else
-    update(&a, isa, 0, n);                       /* built without OpenMP (the QEMU guest's) */
+    update(&a, isa, stream, 0, n);                       /* built without OpenMP (the QEMU guest's) */
 #endif
     return 0;
 }

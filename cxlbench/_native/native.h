@@ -270,7 +270,10 @@ int cb_adamw(float *p, const float *g, float *m, float *v, size_t n, uint64_t st
 
 /* The same step with bf16 gradients g (widened as they are read) and, unless copy
  * is NULL, the updated parameters also written to copy in bf16 (rounded to the
- * nearest even, as torch narrows): a GPU offload step's update in one pass. */
+ * nearest even, as torch narrows): a GPU offload step's update in one pass. The
+ * copy is written with streaming stores where its vectors land aligned (it is read
+ * next by a DMA, not by this CPU); CXLBENCH_ADAMW_STORES=plain writes it with
+ * ordinary stores. */
 int cb_adamw_bf16(float *p, const uint16_t *g, float *m, float *v, uint16_t *copy, size_t n,
                   uint64_t step, double lr, double beta1, double beta2, double eps,
                   double weight_decay);
