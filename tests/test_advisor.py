@@ -30,10 +30,12 @@ ADAMW = {"ddr": 2.0e9, "cxl": 1.2e9, "nvme": 1.8e9}
 NVME_READ, NVME_WRITE = 6.0, 4.0
 
 
-def _optimizer(target: str, kind: str, rate: float, threads: int | None = None):
+def _optimizer(target: str, kind: str, rate: float, threads: int | None = None, page: str | None = None):
     params = {"mode": "optimizer", "n_params": 16 << 20, "impls": "fused,native"}
     if threads is not None:
         params["threads"] = threads
+    if page is not None:
+        params["page"] = page
     found = {"threads": threads or 16}
     if kind != "nvme":
         values = {"fused": [rate] * 3, "native": [rate * 0.8] * 3}
@@ -77,6 +79,8 @@ def host_run(root, cxl: bool = True, adamw: dict | None = None, label: str = "ho
                 "training", "cxl", {"mode": "optimizer", "n_params": 16 << 20}, {}, "cxl", status=SKIPPED,
                 reason="no CXL tier on this machine (declare one: cxl=node:N)"))
             continue
+        if kind != "nvme":                  # huge pages: not the pages the engines' state is on
+            results += _optimizer(target, kind, rates[kind] * 3, page="thp")
         results += _optimizer(target, kind, rates[kind])
         results += _optimizer(target, kind, rates[kind] / 10, threads=1)    # one thread: not the figure
     return synthetic.write_run(root, _merge(results), m=m, tiers=tiers, suite="training", label=label)

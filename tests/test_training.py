@@ -1036,3 +1036,40 @@ def test_the_replay_refuses_when_the_model_and_its_twin_exceed_its_limit(monkeyp
                          torch.device("cpu"), 4, notes)
     assert probe.replay is None
     assert len(notes) == 1 and "the model's and its twin's" in notes[0]
+
+
+def test_the_optimizer_mode_plans_thp_cases_beside_4k_and_never_for_nvme(tmp_path):
+    from cxlbench.benchmarks import training
+    env = _env(tmp_path, gpu=False)
+    spec = {"name": "training", "mode": "optimizer", "tiers": ["ddr", "nvme"], "page": ["4k", "thp"],
+            "threads": [1], "n_params": "1M"}
+    cases = [p.case for p in plan(training, spec, env) if p.skip is None]
+    pages = sorted((c.target, c.params.get("page", "")) for c in cases)
+    assert pages == [("ddr0", ""), ("ddr0", "thp"), ("nvme0", "")]   # 4 KiB keeps its old case id
+
+
+@pytest.mark.skipif(NODE0 is None, reason="no NUMA node 0")
+def test_the_optimizer_modes_thp_state_is_on_huge_pages_or_the_case_is_skipped_saying_why(tmp_path, monkeypatch):
+    from cxlbench.benchmarks import training
+    from cxlbench.benchmarks.base import Skip
+    from cxlbench.memory import sysinfo
+    env = _env(tmp_path, gpu=False)
+    spec = {"name": "training", "mode": "optimizer", "tiers": ["ddr"], "page": ["thp"], "threads": [1],
+            "n_params": "2M", "impls": ["native"], "steps": 2}
+    (case,) = [p.case for p in plan(training, spec, env) if p.skip is None]
+    if sysinfo.thp_enabled("/") in (None, "never"):
+        with pytest.raises(Skip, match="transparent huge pages"):
+            training.measure(case, env, {})
+        return
+    info: dict = {}
+    samples = training.measure(case, env, info)
+    rates = [s for s in samples if s.metric == "params_per_s"]
+    assert rates and all(s.params["page"] == "thp" and s.params["huge_coverage"] >= 0.9 for s in rates)
+    monkeypatch.setattr(sysinfo, "thp_enabled", lambda root="/": "never")    # a kernel without them
+    with pytest.raises(Skip, match="transparent huge pages are disabled"):
+        training.measure(case, env, {})
+
+
+def test_an_arena_asked_for_huge_pages_without_a_node_refuses():
+    with pytest.raises(PlacementError, match="asked of a node"):
+        HostArena(1 << 20, None, "x", page="thp")

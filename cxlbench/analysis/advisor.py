@@ -233,7 +233,8 @@ def _host_tiers(runs: Sequence[Run]) -> tuple[dict[str, HostTier], dict[str, str
             if c.get("status") != "ok":
                 skipped.setdefault(c["tier_kind"], c.get("reason") or c.get("status"))
                 continue
-            if "threads" in params:          # threads = all: every CPU of the initiator
+            # every CPU of the initiator, and 4 KiB pages, as the training engines' state has
+            if "threads" in params or "page" in params:
                 continue
             t = tiers.setdefault(c["target"], HostTier(c["target"], c["tier_kind"]))
             t.capacity_bytes = t.capacity_bytes or capacity.get(c["target"])

@@ -16,7 +16,9 @@ train      one placement of the training state — fp32 master params, Adam mome
            case's info says the warm-up, the staleness and the update's threads.
 optimizer  AdamW parameters/s on one tier, per implementation (fused, foreach,
            forloop, native, deepspeed), and for an NVMe tier the file-backed optimizer
-           against the same step in memory.
+           against the same step in memory. page = "thp" puts the state on
+           transparent huge pages (the case has page = "thp", absent for 4 KiB, as
+           the training engines' state has): the update's page-size effect.
 
 Without a GPU, GPU cases are planned and recorded as skipped ("no GPU") and the
 train cases run on the CPU: they measure the optimizer on the tier, the NVMe path,
@@ -81,7 +83,10 @@ SHOW = Show(
                  column="largest config", where={"mode": "find_max"}, pick="each", count=True),
         # the state on the tier (for NVMe: in files, with the I/O), not the in-memory reference
         Headline("AdamW, state on this tier ({impl}, {threads} threads)", "params_per_s", column="AdamW",
-                 where={"mode": "optimizer", "io": [None, "nvme"]}, pick="best",
+                 where={"mode": "optimizer", "io": [None, "nvme"], "page": None}, pick="best",
+                 scale=1e-6, unit="M params/s", digits=0),
+        Headline("AdamW, state on THP ({impl}, {threads} threads)", "params_per_s", column="AdamW (THP)",
+                 where={"mode": "optimizer", "page": "thp"}, pick="best",
                  scale=1e-6, unit="M params/s", digits=0)))
 
 Compute = Literal["auto", "gpu", "cpu"]
@@ -116,6 +121,7 @@ class Spec(BaseSpec):
     nvme_params: Size = 4 << 20
     impls: tuple[str, ...] = ("fused", "foreach", "forloop", "native", "deepspeed")
     threads: tuple[Threads | Literal["all"], ...] = ("all",)   # all: every CPU of the initiator
+    page: tuple[Literal["4k", "thp"], ...] = ("4k",)          # the state's pages (not for NVMe)
 
 
 # ---- planning ---------------------------------------------------------------------
@@ -434,10 +440,13 @@ def _plan_optimizer(spec: Spec, env: Env) -> list[Planned]:
                 continue
             ini = _cpu_initiator_for(tier if tier.kind != "nvme" else None, env)
             count = n_nvme if tier.kind == "nvme" else n
-            for threads in spec.threads:         # all: the initiator's CPUs
+            pages = ("4k",) if tier.kind == "nvme" else spec.page     # NVMe's state is in a file
+            for page, threads in [(p, t) for p in pages for t in spec.threads]:   # all: the initiator's CPUs
                 params = {"mode": "optimizer", "n_params": count, "impls": impls}
                 if threads != "all":
                     params["threads"] = threads
+                if page != "4k":
+                    params["page"] = page
                 case = Case(NAME, ini.name if ini else "cpu:node0", tier.name, tier.kind, params, reps, 1)
                 per_step = count * (12 * 2 / 2e8 if tier.kind == "nvme" else 1 / 4e7)
                 planned.append(Planned(case, None, 3.0 + (reps + 1) * per_step * 3))
@@ -669,6 +678,7 @@ def _train_samples(r, info: dict) -> list[Sample]:
 
 def _measure_optimizer(case: Case, env: Env, info: dict) -> list[Sample]:
     from cxlbench.training import optimizer as adam
+    from cxlbench.training.placement import PlacementError
 
     tier = env.tier(case.target)
     initiator = env.initiators.get(case.initiator)
@@ -681,22 +691,29 @@ def _measure_optimizer(case: Case, env: Env, info: dict) -> list[Sample]:
         return [Sample(x.metric, x.value, x.repetition, {**x.params, "threads": info["threads"]})
                 for x in _measure_nvme_optimizer(case, tier, initiator, n, info)]
     nodes = {"params": tier.node, "optimizer": tier.node, "grads": tier.node}
+    page = case.params.get("page", "4k")
     medians = {}
     for impl in impls:
         why = adam.unavailable(impl)
         if why:
             skipped[impl] = why
             continue
+        found: list[dict] = []
         try:
-            rates = adam.probe(n, impl, steps=case.repetitions, warmup=case.warmup, nodes=nodes)
+            rates = adam.probe(n, impl, steps=case.repetitions, warmup=case.warmup, nodes=nodes,
+                               page=page, found=found)
         except adam.NoWorkDone as e:              # refused; the others go on
             skipped[impl] = str(e)
             info.setdefault("warnings", []).append(str(e))
             continue
+        except PlacementError as e:               # no such pages here: never measured on others
+            raise Skip(str(e)) from None
         medians[impl] = statistics.median(rates)
         # the threads it ran on, also where the case asked for "all": a table row must
         # say 2, not leave a blank beside the 1-thread row
         extra = {"impl": impl, "threads": info["threads"]}
+        if page != "4k":                          # what the kernel gave, beside what was asked
+            extra.update(page=page, huge_coverage=round(min(f["huge_coverage"] for f in found), 4))
         for i, rate in enumerate(rates):
             samples.append(Sample("params_per_s", rate, i, extra))
             samples.append(Sample("bandwidth_GBps", rate * ADAMW_BYTES / 1e9, i,

@@ -243,7 +243,8 @@ def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
           nodes: dict[str, int | None] | None = None, hyper: AdamWHyper = AdamWHyper(),
           grad_dtype: torch.dtype = torch.float32, chunk: int | None = None,
           before_each: Callable[[], object] | None = None,
-          cpu: list[float] | None = None, narrow_into: torch.Tensor | None = None) -> list[float]:
+          cpu: list[float] | None = None, narrow_into: torch.Tensor | None = None,
+          page: str = "4k", found: list[dict] | None = None) -> list[float]:
     """Parameters per second of one AdamW step over n_params, one figure per step.
     nodes places p (params), m/v (optimizer) and g (grads) like the training run;
     chunk steps them in chunks as the engine does (default: one chunk); before_each
@@ -251,15 +252,19 @@ def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
     backward do: state that fits the LLC would otherwise step hot and read fast).
     narrow_into (a bf16 buffer of n_params) gets the updated parameters as a GPU
     run's update writes them to its staging: inside the timed step, as there.
-    cpu, when given, gets each timed step's process CPU seconds (every thread's)."""
+    cpu, when given, gets each timed step's process CPU seconds (every thread's).
+    page ("4k" or "thp") is the arenas' page size, asked of their nodes; found, when
+    given, gets what the kernel gave each placed arena (page size, huge coverage)."""
     from cxlbench.training.placement import HostArena
 
     nodes = nodes or {}
     arenas = []
 
     def on(key, numel, dtype):
-        arena = HostArena(HostArena.bytes_for(numel, dtype), nodes.get(key), f"probe-{key}")
+        arena = HostArena(HostArena.bytes_for(numel, dtype), nodes.get(key), f"probe-{key}", page)
         arenas.append(arena)
+        if found is not None and arena.pages_found() is not None:
+            found.append(arena.pages_found())
         return arena.take(numel, dtype)
 
     try:

@@ -102,13 +102,15 @@ class HostArena:
     STEPPED = 15      # later slices that start a page past the one before
     _colour = itertools.count()
 
-    def __init__(self, nbytes: int, node: int | None, name: str = "arena"):
-        self.name, self.node = name, node
+    def __init__(self, nbytes: int, node: int | None, name: str = "arena", page: str = "4k"):
+        if node is None and page != "4k":
+            raise PlacementError(f"{name}: {page} pages are asked of a node, and none was given")
+        self.name, self.node, self.page = name, node, page
         room = self.SPAN + self.STEPPED * self.ALIGN
         self.length = max(PAGE, -(-(nbytes + room) // PAGE) * PAGE)
         self._buffer = None
         if node is not None:
-            self._buffer = allocate(self.length, node, page="4k")   # bound, faulted in, verified
+            self._buffer = allocate(self.length, node, page=page)   # bound, faulted in, verified
             self.addr = int(self._buffer.addr)
         else:
             self.addr = _map_anywhere(self.length)
@@ -139,6 +141,13 @@ class HostArena:
 
     def reset(self) -> None:
         self.used, self.slices = self.first, 0
+
+    def pages_found(self) -> dict | None:
+        """The page size the kernel gave and the share of bytes in huge pages (None
+        where the arena is not bound to a node: no buffer of ours to ask)."""
+        if self._buffer is None:
+            return None
+        return {"page_bytes": self._buffer.page_bytes_found, "huge_coverage": self._buffer.huge_coverage}
 
     def verify(self, nodes_of: PageNodes = page_nodes) -> dict:
         if self.node is None:
