@@ -82,3 +82,22 @@ def test_a_tier_without_a_headline_says_the_report_has_its_figures():
     text = summary(rows(benchmark="zerocopy", target="cxl2", initiator="cpu:node0", metric="seconds",
                         strategy="copy", uses=1)([1.0, 1.1], case_id="z"))
     assert "cxl2\n  (no summary figure" in text
+
+
+def test_a_run_without_a_dpu_case_or_a_thp_case_prints_no_such_line():
+    """Absent dpu means off and absent page means 4 KiB: the 3b GPU run, whose only
+    DPU case was skipped, printed every placement twice, once as 'delayed update'."""
+    def steps(values, **extra):
+        return [{"benchmark": "training", "initiator": "gpu:0", "mode": "train", "config": "3b",
+                 "compute": "gpu", "metric": "tokens_per_s", "value": v, "repetition": 0, "iteration": i,
+                 "target": "ddr0", "engine": "offload", **extra} for i, v in enumerate(values)]
+    opt = rows(benchmark="training", initiator="cpu:node0", mode="optimizer", metric="params_per_s")
+    plain = summary(steps([3000, 3100, 3200], case_id="t") + opt([1e9, 1e9, 1e9], case_id="o", target="ddr0",
+                                                                 impl="native", threads=2))
+    assert "3100 tokens/s" in plain and "delayed update" not in plain and "THP" not in plain
+    both = summary(steps([3000, 3100, 3200], case_id="t") + steps([4000, 4100, 4200], case_id="d", dpu=True)
+                   + opt([1e9, 1e9, 1e9], case_id="o", target="ddr0", impl="native", threads=2, page="4k")
+                   + opt([2e9, 2e9, 2e9], case_id="h", target="ddr0", impl="native", threads=2, page="thp"))
+    assert "engine offload, delayed update (gpu)" in both and "4100 tokens/s" in both
+    assert "AdamW, state on THP (native, 2 threads)" in both and "2000 M params/s" in both
+    assert "AdamW, state on this tier (native, 2 threads)" in both and "1000 M params/s" in both

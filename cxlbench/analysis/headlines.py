@@ -18,6 +18,7 @@ import pandas as pd
 from cxlbench.analysis.held import Held, by_point
 from cxlbench.analysis.reduction import point_id, points, repetitions
 from cxlbench.analysis.stats import sign_test_p
+from cxlbench.results.schema import ABSENT_MEANS
 from cxlbench.units import format_count, format_param, tier_order
 
 
@@ -87,12 +88,21 @@ def _headline(pts: pd.DataFrame, samples: pd.DataFrame, family: str, h: dict,
 
 def _matches(rows: pd.DataFrame, where: dict[str, Any]) -> pd.Series:
     """Rows whose parameters have the values asked (a list: any of them; None: no
-    value). A parameter the run has no column for constrains nothing."""
+    value). A parameter the run has no column for constrains nothing, unless its
+    absence has a meaning (ABSENT_MEANS): a run with no DPU case is not one whose
+    every case ran with DPU (the 3b GPU run's summary said so, twice)."""
     keep = pd.Series(True, index=rows.index)
     for key, wanted in where.items():
+        values = wanted if isinstance(wanted, (list, tuple)) else [wanted]
+        if key in ABSENT_MEANS:
+            default = ABSENT_MEANS[key]
+            values = [default if v is None else v for v in values]
+            col = rows[key].astype(object).where(rows[key].notna(), default) if key in rows.columns \
+                else pd.Series(default, index=rows.index, dtype=object)
+            keep &= col.isin(values)
+            continue
         if key not in rows.columns:
             continue
-        values = wanted if isinstance(wanted, (list, tuple)) else [wanted]
         col = rows[key]
         hit = col.isin([v for v in values if v is not None])
         if any(v is None for v in values):

@@ -21,6 +21,7 @@ from cxlbench.analysis.held import Held
 from cxlbench.analysis.reduction import precision
 from cxlbench.analysis.stats import ratio_ci
 from cxlbench.report.plots import MARKERS, PALETTE, STYLES, Chart, Series, render
+from cxlbench.results.schema import ABSENT_MEANS
 from cxlbench.units import format_count, format_cpulist, format_number, format_param, format_size, tier_order
 
 #: For a run that records no description of a family (made before families
@@ -318,18 +319,15 @@ def _params(frame: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[s
     return cols
 
 
-#: axes a case records only when on, so that the ordinary cases keep their ids (other
-#: True-or-missing columns, such as gpu_bandwidth's torch_pinned, are not flags: absent
-#: there means "not a torch case", not "off")
-FLAG_AXES = ("dpu",)
-
-
 def flags_off(fam: pd.DataFrame) -> pd.DataFrame:
-    """Where some of a family's points have a flag axis on, the rest are off: said so,
-    or two placements that differ only by it would share one label."""
-    for c in FLAG_AXES:
+    """Where some of a family's points have an axis whose absence means its default
+    (ABSENT_MEANS: DPU on, huge pages), the rest have the default: said so, or two
+    placements that differ only by it would share one label. (Other True-or-missing
+    columns, such as gpu_bandwidth's torch_pinned, are not such axes: absent there
+    means "not a torch case", not "off".)"""
+    for c, default in ABSENT_MEANS.items():
         if c in fam.columns and 0 < fam[c].notna().sum() < len(fam):
-            fam = fam.assign(**{c: fam[c].astype(object).where(fam[c].notna(), False)})
+            fam = fam.assign(**{c: fam[c].astype(object).where(fam[c].notna(), default)})
     return fam
 
 
