@@ -448,9 +448,22 @@ def _plan_optimizer(spec: Spec, env: Env) -> list[Planned]:
                 if page != "4k":
                     params["page"] = page
                 case = Case(NAME, ini.name if ini else "cpu:node0", tier.name, tier.kind, params, reps, 1)
-                per_step = count * (12 * 2 / 2e8 if tier.kind == "nvme" else 1 / 4e7)
-                planned.append(Planned(case, None, 3.0 + (reps + 1) * per_step * 3))
+                planned.append(Planned(case, None, _optimizer_estimate(count, spec.impls, reps, tier.kind)))
     return planned
+
+
+#: params/s to budget an optimizer-mode step at, by implementation (the slow end
+#: of what the VM measured: forloop ~50 M, foreach ~250 M, the others 1-2 G)
+_BUDGET_RATES = {"forloop": 4e7, "foreach": 2e8}
+
+
+def _optimizer_estimate(count: int, impls: tuple[str, ...], reps: int, kind: str) -> float:
+    """Seconds: each implementation's steps, and its state placed and touched first
+    (16 bytes a parameter at ~2 GB/s); the NVMe path's file I/O instead."""
+    if kind == "nvme":
+        return 3.0 + (reps + 1) * count * (12 * 2 / 2e8) * 3
+    per_impl = [count * 8e-9 + (reps + 1) * count / _BUDGET_RATES.get(i, 5e8) for i in impls]
+    return 3.0 + sum(per_impl)
 
 
 # ---- measuring --------------------------------------------------------------------
