@@ -992,6 +992,13 @@ def test_the_report_tells_a_placement_with_the_delayed_update_from_the_same_one_
     assert list(fam["dpu"]) == [False, True] and build._varying(fam, ["dpu"]) == ["dpu"]
     assert fam["torch_pinned"].isna().sum() == 1            # True-or-missing, but not a flag axis
     assert build._varying(frame[frame["metric"] == "tokens_per_s"], ["dpu"]) == []   # what it was
+    # the page: 4 KiB where training leaves it out; a GPU latency case on HBM has none
+    gpu = pd.DataFrame([{"benchmark": "gpu_latency", "target": "ddr0", "page": "4k"},
+                        {"benchmark": "gpu_latency", "target": "hbm0", "page": None}])
+    assert build.flags_off(gpu)["page"].isna().sum() == 1
+    opt = pd.DataFrame([{"benchmark": "training", "mode": "optimizer", "page": "thp"},
+                        {"benchmark": "training", "mode": "optimizer", "page": None}])
+    assert list(build.flags_off(opt)["page"]) == ["thp", "4k"]
 
 
 def test_the_report_draws_each_placement_relative_to_the_runs_best():

@@ -76,7 +76,7 @@ def figures(samples: pd.DataFrame, meta: dict[str, Any], pts: pd.DataFrame | Non
 def _headline(pts: pd.DataFrame, samples: pd.DataFrame, family: str, h: dict,
               per_rep: dict[tuple[str, str], pd.Series]) -> list[Figure]:
     rows = pts[(pts["benchmark"] == family) & (pts["metric"] == h["metric"])]
-    rows = rows[_matches(rows, h.get("where") or {})]
+    rows = rows[_matches(rows, h.get("where") or {}, ABSENT_MEANS.get(family, {}))]
     out = []
     for _, tier_rows in rows.groupby("target", sort=False):
         per = [c for c in h.get("per") or () if c in tier_rows.columns]
@@ -86,16 +86,18 @@ def _headline(pts: pd.DataFrame, samples: pd.DataFrame, family: str, h: dict,
     return out
 
 
-def _matches(rows: pd.DataFrame, where: dict[str, Any]) -> pd.Series:
+def _matches(rows: pd.DataFrame, where: dict[str, Any], absent: dict[str, Any] | None = None) -> pd.Series:
     """Rows whose parameters have the values asked (a list: any of them; None: no
     value). A parameter the run has no column for constrains nothing, unless its
-    absence has a meaning (ABSENT_MEANS): a run with no DPU case is not one whose
-    every case ran with DPU (the 3b GPU run's summary said so, twice)."""
+    family gives its absence a meaning (`absent`, from ABSENT_MEANS): a run with no
+    DPU case is not one whose every case ran with DPU (the 3b GPU run's summary
+    said so, twice)."""
+    absent = absent or {}
     keep = pd.Series(True, index=rows.index)
     for key, wanted in where.items():
         values = wanted if isinstance(wanted, (list, tuple)) else [wanted]
-        if key in ABSENT_MEANS:
-            default = ABSENT_MEANS[key]
+        if key in absent:
+            default = absent[key]
             values = [default if v is None else v for v in values]
             col = rows[key].astype(object).where(rows[key].notna(), default) if key in rows.columns \
                 else pd.Series(default, index=rows.index, dtype=object)

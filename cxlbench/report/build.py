@@ -321,11 +321,12 @@ def _params(frame: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[s
 
 def flags_off(fam: pd.DataFrame) -> pd.DataFrame:
     """Where some of a family's points have an axis whose absence means its default
-    (ABSENT_MEANS: DPU on, huge pages), the rest have the default: said so, or two
-    placements that differ only by it would share one label. (Other True-or-missing
-    columns, such as gpu_bandwidth's torch_pinned, are not such axes: absent there
-    means "not a torch case", not "off".)"""
-    for c, default in ABSENT_MEANS.items():
+    (ABSENT_MEANS: training's DPU on, or huge pages), the rest have the default: said
+    so, or two placements that differ only by it would share one label. (Other
+    missing columns are not such axes: gpu_bandwidth's torch_pinned absent means "not
+    a torch case", gpu_latency's page absent "not host memory".)"""
+    family = str(fam["benchmark"].iloc[0]) if len(fam) and "benchmark" in fam.columns else ""
+    for c, default in ABSENT_MEANS.get(family, {}).items():
         if c in fam.columns and 0 < fam[c].notna().sum() < len(fam):
             fam = fam.assign(**{c: fam[c].astype(object).where(fam[c].notna(), default)})
     return fam

@@ -16,11 +16,12 @@ CORE_COLUMNS = [
     "metric", "value", "unit", "better", "repetition",
 ]
 
-#: Parameters a case records only when they are not the default, so that the
-#: ordinary cases keep their ids: absent means this value (training's delayed
-#: update is off; its host state is on 4 KiB pages). Other absent parameters mean
-#: nothing is known (an older run, a family without them).
-ABSENT_MEANS: dict[str, Any] = {"dpu": False, "page": "4k"}
+#: Per family, parameters a case records only when they are not the default, so
+#: that the ordinary cases keep their ids: absent means this value (training's
+#: delayed update is off; its host state is on 4 KiB pages). Anywhere else an
+#: absent parameter means nothing is known, or does not apply (an older run; a
+#: GPU latency case on HBM has no page size).
+ABSENT_MEANS: dict[str, dict[str, Any]] = {"training": {"dpu": False, "page": "4k"}}
 
 # Case statuses as recorded in run.json.
 OK, SKIPPED, FAILED = "ok", "skipped", "failed"
