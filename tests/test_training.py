@@ -992,13 +992,10 @@ def test_the_report_tells_a_placement_with_the_delayed_update_from_the_same_one_
     assert list(fam["dpu"]) == [False, True] and build._varying(fam, ["dpu"]) == ["dpu"]
     assert fam["torch_pinned"].isna().sum() == 1            # True-or-missing, but not a flag axis
     assert build._varying(frame[frame["metric"] == "tokens_per_s"], ["dpu"]) == []   # what it was
-    # the page: 4 KiB where training leaves it out; a GPU latency case on HBM has none
-    gpu = pd.DataFrame([{"benchmark": "gpu_latency", "target": "ddr0", "page": "4k"},
-                        {"benchmark": "gpu_latency", "target": "hbm0", "page": None}])
-    assert build.flags_off(gpu)["page"].isna().sum() == 1
-    opt = pd.DataFrame([{"benchmark": "training", "mode": "optimizer", "page": "thp"},
-                        {"benchmark": "training", "mode": "optimizer", "page": None}])
-    assert list(build.flags_off(opt)["page"]) == ["thp", "4k"]
+    # a page is no flag: a train case's probe has none to show, a GPU latency case on HBM neither
+    for fam in ({"benchmark": "training", "mode": "train"}, {"benchmark": "gpu_latency", "target": "hbm0"}):
+        mixed = pd.DataFrame([dict(fam, page="thp"), dict(fam, page=None)])
+        assert build.flags_off(mixed)["page"].isna().sum() == 1
 
 
 def test_the_report_draws_each_placement_relative_to_the_runs_best():
@@ -1080,3 +1077,28 @@ def test_the_optimizer_modes_thp_state_is_on_huge_pages_or_the_case_is_skipped_s
 def test_an_arena_asked_for_huge_pages_without_a_node_refuses():
     with pytest.raises(PlacementError, match="asked of a node"):
         HostArena(1 << 20, None, "x", page="thp")
+
+
+def test_an_implementation_that_cannot_be_placed_keeps_what_the_others_measured(tmp_path, monkeypatch):
+    from cxlbench.benchmarks import training
+    from cxlbench.benchmarks.base import Skip
+    from cxlbench.training import optimizer as adam
+    env = _env(tmp_path, gpu=False)
+    spec = {"name": "training", "mode": "optimizer", "tiers": ["ddr"], "page": ["thp"], "threads": [1],
+            "n_params": "1M", "impls": ["native", "fused"], "steps": 2}
+    (case,) = [p.case for p in plan(training, spec, env) if p.skip is None]
+    monkeypatch.setattr(training, "_pin_to", lambda initiator, env, info, threads=None: info.update(threads=1))
+
+    def probe(n, impl, found=None, **kw):
+        if impl == "fused":
+            raise PlacementError("too little free memory on node 0 for its THP")
+        found.append({"page_bytes": 2 << 20, "huge_coverage": 1.0})
+        return [1e9, 1e9]
+    monkeypatch.setattr(adam, "probe", probe)
+    info: dict = {}
+    samples = training.measure(case, env, info)
+    assert {s.params["impl"] for s in samples} == {"native"}
+    assert "too little free" in info["skipped_impls"]["fused"]
+    monkeypatch.setattr(adam, "probe", lambda n, impl, **kw: (_ for _ in ()).throw(PlacementError("no THP")))
+    with pytest.raises(Skip, match="no THP"):          # nothing measured: the case is skipped, saying why
+        training.measure(case, env, {})

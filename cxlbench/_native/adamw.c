@@ -222,14 +222,14 @@ static void update(const struct adamw *a, enum isa isa, int stream, size_t lo, s
     /* a slice streams where its vectors' stores land aligned: 32 bytes (AVX-512's
      * sixteen bf16) or 16 (AVX2's eight) */
     struct adamw s = *a;
-    uintptr_t start = (uintptr_t)(a->copy16 + lo);
+    uintptr_t start = a->copy16 ? (uintptr_t)(a->copy16 + lo) : 1;   /* no copy: never streamed */
     if (isa == AVX512) {
-        s.stream = stream && a->copy16 && start % 32 == 0;
+        s.stream = stream && start % 32 == 0;
         update_avx512(&s, lo, hi);
         return;
     }
     if (isa == AVX2) {
-        s.stream = stream && a->copy16 && start % 16 == 0;
+        s.stream = stream && start % 16 == 0;
         update_avx2(&s, lo, hi);
         return;
     }

@@ -230,11 +230,11 @@ def _host_tiers(runs: Sequence[Run]) -> tuple[dict[str, HostTier], dict[str, str
             params = c.get("params") or {}
             if params.get("mode") != "optimizer" or c.get("tier_kind") not in HOST_KINDS:
                 continue
-            if c.get("status") != "ok":
-                skipped.setdefault(c["tier_kind"], c.get("reason") or c.get("status"))
-                continue
             # every CPU of the initiator, and 4 KiB pages, as the training engines' state has
             if "threads" in params or "page" in params:
+                continue
+            if c.get("status") != "ok":
+                skipped.setdefault(c["tier_kind"], c.get("reason") or c.get("status"))
                 continue
             t = tiers.setdefault(c["target"], HostTier(c["target"], c["tier_kind"]))
             t.capacity_bytes = t.capacity_bytes or capacity.get(c["target"])

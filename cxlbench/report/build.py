@@ -21,7 +21,6 @@ from cxlbench.analysis.held import Held
 from cxlbench.analysis.reduction import precision
 from cxlbench.analysis.stats import ratio_ci
 from cxlbench.report.plots import MARKERS, PALETTE, STYLES, Chart, Series, render
-from cxlbench.results.schema import ABSENT_MEANS
 from cxlbench.units import format_count, format_cpulist, format_number, format_param, format_size, tier_order
 
 #: For a run that records no description of a family (made before families
@@ -319,16 +318,20 @@ def _params(frame: pd.DataFrame, allowed: Iterable[str] | None = None) -> list[s
     return cols
 
 
+#: axes a case records only when on, so that the ordinary cases keep their ids (other
+#: True-or-missing columns, such as gpu_bandwidth's torch_pinned, are not flags: absent
+#: there means "not a torch case", not "off"). The training family's page is no flag:
+#: its optimizer samples all say theirs, and a train case's probes, filled with 4 KiB,
+#: would carry a page they never vary over into every label.
+FLAG_AXES = ("dpu",)
+
+
 def flags_off(fam: pd.DataFrame) -> pd.DataFrame:
-    """Where some of a family's points have an axis whose absence means its default
-    (ABSENT_MEANS: training's DPU on, or huge pages), the rest have the default: said
-    so, or two placements that differ only by it would share one label. (Other
-    missing columns are not such axes: gpu_bandwidth's torch_pinned absent means "not
-    a torch case", gpu_latency's page absent "not host memory".)"""
-    family = str(fam["benchmark"].iloc[0]) if len(fam) and "benchmark" in fam.columns else ""
-    for c, default in ABSENT_MEANS.get(family, {}).items():
+    """Where some of a family's points have a flag axis on, the rest are off: said so,
+    or two placements that differ only by it would share one label."""
+    for c in FLAG_AXES:
         if c in fam.columns and 0 < fam[c].notna().sum() < len(fam):
-            fam = fam.assign(**{c: fam[c].astype(object).where(fam[c].notna(), default)})
+            fam = fam.assign(**{c: fam[c].astype(object).where(fam[c].notna(), False)})
     return fam
 
 
