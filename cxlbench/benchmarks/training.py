@@ -441,12 +441,12 @@ def _plan_optimizer(spec: Spec, env: Env) -> list[Planned]:
             ini = _cpu_initiator_for(tier if tier.kind != "nvme" else None, env)
             count = n_nvme if tier.kind == "nvme" else n
             pages = ("4k",) if tier.kind == "nvme" else spec.page     # NVMe's state is in a file
-            for page, threads in [(p, t) for p in pages for t in spec.threads]:   # all: the initiator's CPUs
+            for point in sweep(page=pages, threads=spec.threads):     # threads all: the initiator's CPUs
                 params = {"mode": "optimizer", "n_params": count, "impls": impls}
-                if threads != "all":
-                    params["threads"] = threads
-                if page != "4k":
-                    params["page"] = page
+                if point["threads"] != "all":
+                    params["threads"] = point["threads"]
+                if point["page"] != "4k":
+                    params["page"] = point["page"]
                 case = Case(NAME, ini.name if ini else "cpu:node0", tier.name, tier.kind, params, reps, 1)
                 planned.append(Planned(case, None, _optimizer_estimate(count, spec.impls, reps, tier.kind)))
     return planned

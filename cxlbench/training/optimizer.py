@@ -263,8 +263,9 @@ def probe(n_params: int, impl: str, steps: int = 5, warmup: int = 1,
     def on(key, numel, dtype):
         arena = HostArena(HostArena.bytes_for(numel, dtype), nodes.get(key), f"probe-{key}", page)
         arenas.append(arena)
-        if found is not None and arena.pages_found() is not None:
-            found.append(arena.pages_found())
+        given = arena.pages_found()
+        if found is not None and given is not None:
+            found.append(given)
         return arena.take(numel, dtype)
 
     try:

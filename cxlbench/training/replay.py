@@ -34,9 +34,10 @@ covers both the launches and the device's work; the sum is right while the host'
 issuing dominates, and overstates by the framework term (a few ms) when the device
 does (untested until a GPU run). Where the operators can't be replayed — a model
 whose parameters exceed byte_limit (2 GiB on a CPU; on a GPU what is left beside
-the steps' own peak), a minimal twin that runs other operators (should the framework choose its
-kernels by a shape the twin shrinks), any error — the run says why in its notes and the model prices
-compute as FLOPs at the measured GEMM rate.
+the steps' own peak), a minimal twin that runs other operators (should the
+framework choose its kernels by a shape the twin shrinks), any error — the run
+says why in its notes and the model prices compute as FLOPs at the measured GEMM
+rate.
 """
 from __future__ import annotations
 
@@ -64,11 +65,11 @@ def byte_limit(device: torch.device) -> int:
     peak since they began over what is allocated now: a replay pass, the same
     operators, takes as much again, and the later steps need it beside the copies),
     a tenth kept back. Recording takes more for a moment (the recorded model's
-    gradients): an out-of-memory error there stops the probe with a note. A fixed 2 GiB kept the first H200
-    run's 1b (2.8 GiB in bf16) unprobed with over 100 GiB free; a quarter of the free
-    memory then kept the 3b on HBM (13.4 GiB of fp32 inputs) unprobed beside 36 GiB
-    free and the allocator's cache, and its compute priced as FLOPs read 0.59x the
-    step's."""
+    gradients): an out-of-memory error there stops the probe with a note. A fixed
+    2 GiB kept the first H200 run's 1b (2.8 GiB in bf16) unprobed with over 100 GiB
+    free; a quarter of the free memory then kept the 3b on HBM (13.4 GiB of fp32
+    inputs) unprobed beside 36 GiB free and the allocator's cache, and its compute
+    priced as FLOPs read 0.59x the step's."""
     if device.type != "cuda":
         return REPLAY_MAX_BYTES
     free, _total = torch.cuda.mem_get_info(device)
