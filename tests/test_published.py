@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from collections import defaultdict
 
 import pytest
@@ -25,6 +26,8 @@ KNOWN_MISSES = {
     ("zero-offload-scaling", "128 GPUs"),
     ("zero-offload-accumulation", "Fig. 10: 16 GPUs, 3.2 micro-steps"),   # the 16-GPU loss of Fig. 11
 }
+#: Of those, the misses that a reading of the charts within their ±0.5 TFLOPS holds
+WITHIN_READING = {("zero-offload-scaling", "4 GPUs"), ("zero-offload-scaling", "8 GPUs")}
 
 
 def test_every_published_check_holds_within_its_tolerance_but_the_known_misses():
@@ -36,6 +39,7 @@ def test_every_published_check_holds_within_its_tolerance_but_the_known_misses()
             seen.add(key)
             if key in KNOWN_MISSES:
                 assert not p.holds and p.misses_on, key
+                assert p.at_reading == (key in WITHIN_READING), key
             else:
                 assert p.holds, (key, p.model, p.paper, p.tolerance)
     assert KNOWN_MISSES <= seen
@@ -51,6 +55,9 @@ def test_the_readme_states_the_tally_the_checks_give():
     pred = [p for r in results for p in r.points if not p.composition]
     said = re.search(r"(\d+) predictions of a\s+figure their inputs do not hold \((\d+) within", readme)
     assert said and (int(said[1]), int(said[2])) == (len(pred), sum(p.holds for p in pred))
+    read = re.search(r"precision would hold them: (\d+) of the (\d+)\)", readme)
+    assert read and (int(read[1]), int(read[2])) == (sum(bool(p.at_reading) for p in pred),
+                                                     sum(not p.holds for p in pred))
 
 
 def test_the_accumulation_check_tells_accumulation_from_none():
@@ -138,6 +145,34 @@ def test_more_gpus_per_node_share_one_host_and_more_nodes_add_hosts():
     assert opt["128 GPUs"] == pytest.approx(opt["16 GPUs"] / 8)
 
 
+def _scaling_read_to(precision: float):
+    [case] = [c for c in load_cases()[0] if c.id == "zero-offload-scaling"]
+    case.inputs["one_gpu_tflops"] = replace(case.inputs["one_gpu_tflops"], reading=precision)
+    case.fields["tflops"] = replace(case.fields["tflops"], reading=precision)
+    return {p.label: p for p in check(case).points}
+
+
+def test_a_miss_is_within_the_charts_reading_only_if_a_reading_inside_their_precision_holds_it():
+    """Fig. 11 at 8 GPUs: 35.0 modelled against a bar read as 30 (1.168, over ±15%).
+    Read to ±0.5 the bar may be 30.5 and the 1-GPU bar the model starts from 34.7,
+    which holds; read to ±0.1 no corner does; with nothing read off a chart there is
+    no such verdict, and a point that holds never gets one."""
+    assert _scaling_read_to(0.5)["8 GPUs"].at_reading is True
+    assert _scaling_read_to(0.1)["8 GPUs"].at_reading is False
+    assert _scaling_read_to(0.0)["8 GPUs"].at_reading is None
+    assert _scaling_read_to(0.5)["2 GPUs"].holds and _scaling_read_to(0.5)["2 GPUs"].at_reading is None
+    assert "at every reading inside the charts' precision (at best 1.1" in _scaling_read_to(0.1)["8 GPUs"].misses_on
+    assert "precision holds it (1.132)" in _scaling_read_to(0.5)["8 GPUs"].misses_on
+
+
+def test_a_reading_that_is_not_a_precision_is_one_line_naming_it(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[case]\ntitle="x"\nsource="y"\ncheck="phases"\ntolerance=0.1\n'
+                   '[inputs]\nseq={value=1024, provenance="paper", where="t", reading=-1}\n')
+    with pytest.raises(CaseError, match=r"bad: \[inputs\] seq: reading -1 is not a non-negative number"):
+        read_case(bad)
+
+
 def test_a_case_file_without_provenance_is_one_line_naming_it(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[case]\ntitle="x"\nsource="y"\ncheck="phases"\ntolerance=0.1\n[inputs]\nseq={value=1024}\n')
@@ -180,6 +215,10 @@ def test_the_tally_counts_predictions_and_composition_checks_apart():
     results = [CaseResult(case[0], [point(1.05), point(1.5), point(0.95)]),
                CaseResult(case[1], [point(1.0, comp=True), point(1.2, comp=True)])]
     assert tally(results) == "2 of 3 predictions hold; 1 of 2 composition checks hold"
+    results[0].points[1].at_reading = True
+    assert tally(results[:1]) == ("2 of 3 predictions hold (1 of the 1 misses of figures read off charts "
+                                  "within the charts' precision)")
+    results[0].points[1].at_reading = None
     assert tally(results[:1]) == "2 of 3 predictions hold"
 
 

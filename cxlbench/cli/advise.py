@@ -161,7 +161,7 @@ def published_text(results, context) -> str:
         lines += [f"{c.title}", f"  {c.source}" + (f" ({c.url.split('://', 1)[-1]})" if c.url else ""),
                   f"  predicts {c.predicts}; holds within {_tolerance(c.tolerance, c.tolerance_kind)}"]
         rows = [[p.label, f"{p.model:.3g}", f"{p.paper:.3g}",
-                 f"{p.model / p.paper:.3f}" if p.kind == "relative" else f"{p.error:+.3f}",
+                 p.shown,
                  "holds" if p.holds else "MISSES", p.misses_on] for p in r.points]
         head = "model ÷ paper" if all(p.kind == "relative" for p in r.points) else "model − paper"
         lines += ["  " + line for line in text_table(["point", "model", "paper", head, "", "the term that misses"],

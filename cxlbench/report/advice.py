@@ -48,7 +48,7 @@ def _published_rows() -> dict[str, Any]:
     from cxlbench.analysis.published import check_all, tally
     results, _ = check_all()
     rows = [{"case": r.case.title, "label": p.label, "model": f"{p.model:.3g}", "paper": f"{p.paper:.3g}",
-             "ratio": f"{p.model / p.paper:.3f}", "holds": p.holds, "why": p.misses_on,
+             "ratio": p.shown if p.kind == "relative" else f"{p.shown} (model − paper)", "holds": p.holds, "why": p.misses_on,
              "tolerance": f"±{p.tolerance * 100:g}%" if p.kind == "relative" else f"±{p.tolerance:g}"}
             for r in results for p in r.points]
     return {"rows": rows, "summary": f"{tally(results)}."}
