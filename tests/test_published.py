@@ -19,15 +19,15 @@ from cxlbench.cli.main import main
 #: Points the model misses today, each with the reason it gives (docs/advise.md). A model
 #: change that makes one hold fails this list: move it out, and say so in the docs.
 KNOWN_MISSES = {
-    ("zero-offload-dpu", "6B"),        # the bars hide 2.7 s; Table 4 (interpolated) has 1.72 s to hide
-    ("zero-offload-dpu", "8B"),        # the bars hide 1.37 s of Table 4's 2.41 s
+    ("zero-offload-dpu", "6B"),        # the bars hide 2.67 s; Table 4 (interpolated) has 1.72 s to hide
+    ("zero-offload-dpu", "8B"),        # the bars hide 1.33 s of Table 4's 2.41 s
     ("zero-offload-scaling", "4 GPUs"),     # 4-5 s a step longer than the model's, the batch unstated
     ("zero-offload-scaling", "8 GPUs"),
     ("zero-offload-scaling", "128 GPUs"),
     ("zero-offload-accumulation", "Fig. 10: 16 GPUs, 3.2 micro-steps"),   # the 16-GPU loss of Fig. 11
 }
-#: Of those, the misses that a reading of the charts within their ±0.5 TFLOPS holds
-WITHIN_READING = {("zero-offload-scaling", "4 GPUs"), ("zero-offload-scaling", "8 GPUs")}
+#: Of those, the misses that a reading of the charts within their precision holds
+WITHIN_READING = {("zero-offload-scaling", "8 GPUs")}      # its bar's top is under Fig. 11's line
 
 
 def test_every_published_check_holds_within_its_tolerance_but_the_known_misses():
@@ -153,16 +153,23 @@ def _scaling_read_to(precision: float):
 
 
 def test_a_miss_is_within_the_charts_reading_only_if_a_reading_inside_their_precision_holds_it():
-    """Fig. 11 at 8 GPUs: 35.0 modelled against a bar read as 30 (1.168, over ±15%).
-    Read to ±0.5 the bar may be 30.5 and the 1-GPU bar the model starts from 34.7,
-    which holds; read to ±0.1 no corner does; with nothing read off a chart there is
-    no such verdict, and a point that holds never gets one."""
-    assert _scaling_read_to(0.5)["8 GPUs"].at_reading is True
-    assert _scaling_read_to(0.1)["8 GPUs"].at_reading is False
-    assert _scaling_read_to(0.0)["8 GPUs"].at_reading is None
+    """Fig. 11 at 4 GPUs: 35.1 modelled against a bar measured at 30.1 (1.164, over ±15%).
+    Read to ±0.5 the bar may be 30.6 and the 1-GPU bar the model starts from 34.7,
+    which holds; to the pixel reading's ±0.2 no corner does; with nothing read off a
+    chart there is no such verdict, and a point that holds never gets one."""
+    assert _scaling_read_to(0.5)["4 GPUs"].at_reading is True
+    assert _scaling_read_to(0.2)["4 GPUs"].at_reading is False
+    assert _scaling_read_to(0.0)["4 GPUs"].at_reading is None
     assert _scaling_read_to(0.5)["2 GPUs"].holds and _scaling_read_to(0.5)["2 GPUs"].at_reading is None
-    assert "at every reading inside the charts' precision (at best 1.1" in _scaling_read_to(0.1)["8 GPUs"].misses_on
-    assert "precision holds it (1.132)" in _scaling_read_to(0.5)["8 GPUs"].misses_on
+    assert "at every reading inside the charts' precision (at best 1.150" in _scaling_read_to(0.2)["4 GPUs"].misses_on
+    assert "precision holds it (1.129" in _scaling_read_to(0.5)["4 GPUs"].misses_on
+
+
+def test_a_point_may_read_its_bar_less_precisely_than_its_column():
+    """Fig. 11's 8-GPU bar sits under the aggregate line: its own ±0.5 applies to it, the
+    column's ±0.2 to the others."""
+    points = _scaling_read_to(0.2)
+    assert points["8 GPUs"].at_reading is True and points["4 GPUs"].at_reading is False
 
 
 def test_a_reading_that_is_not_a_precision_is_one_line_naming_it(tmp_path):

@@ -129,7 +129,8 @@ class PointResult:
             gap = f"the model's largest term: {term} {seconds:.3g} s"
         if self.best_reading is None:
             return gap
-        best = self.best_reading.shown
+        b = self.best_reading      # four places: a best reading a hair past the tolerance must not print as on it
+        best = f"{b.model / b.paper:.4f}" if b.kind == "relative" else f"{b.error:+.4f}"
         return (f"a reading inside the charts' precision holds it ({best}); " if self.at_reading
                 else f"at every reading inside the charts' precision (at best {best}); ") + gap
 
@@ -338,7 +339,7 @@ def _accumulation(case: Case) -> list[PointResult]:
     prediction starts from). The micro-steps a GPU runs per update are the global batch
     over (GPUs × micro-batch); the update, priced as in the scaling check, is then paid
     once for all of them. A ratio, held as the DPU ablation's is: checked as TFLOPS within
-    ±15%, a model with no accumulation at all (35.2 against 41) held as well."""
+    ±15%, a model with no accumulation at all (35.2 against 41.1) held as well."""
     one = _one_gpu(case)
     base = float(case["one_gpu_tflops"])
     out = []
@@ -437,16 +438,19 @@ def _readings(case: Case) -> list[tuple[str, str, float]]:
             + [("fields", n, f.reading) for n, f in case.fields.items() if f.reading])
 
 
-def _read_at(case: Case, shifts: tuple[float, ...]) -> Case:
-    """The case with each figure read off a chart moved by its shift."""
+def _read_at(case: Case, signs: tuple[int, ...]) -> Case:
+    """The case with each figure read off a chart moved by its precision, up (+1) or
+    down (−1); a point may state its own precision for a column (a bar read through
+    another mark)."""
     moved = copy.deepcopy(case)
-    for (table, name, _), d in zip(_readings(case), shifts):
+    for (table, name, err), sign in zip(_readings(case), signs):
         if table == "inputs":
-            moved.inputs[name] = replace(moved.inputs[name], value=moved.inputs[name].value + d)
-        else:
-            for p in moved.points:
-                if name in p:
-                    p[name] += d
+            moved.inputs[name] = replace(moved.inputs[name], value=moved.inputs[name].value + sign * err)
+            continue
+        for p in moved.points:
+            if name in p:
+                own = (p.get("provenance") or {}).get(name, {})
+                p[name] += sign * float(own.get("reading", err))
     return moved
 
 
@@ -458,8 +462,7 @@ def _mark_readings(case: Case, points: list[PointResult]) -> None:
     read = _readings(case)
     if not read or all(p.holds for p in points):
         return
-    corners = [CHECKS[case.check](_read_at(case, signs)) for signs in
-               itertools.product(*[(-e, e) for _, _, e in read])]
+    corners = [CHECKS[case.check](_read_at(case, signs)) for signs in itertools.product((-1, 1), repeat=len(read))]
     for i, p in enumerate(points):
         if not p.holds:
             p.best_reading = min((c[i] for c in corners), key=lambda q: abs(q.error) - q.tolerance)
