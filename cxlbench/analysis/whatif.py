@@ -381,7 +381,7 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
                             f"{name}: no {'NVMe bandwidth' if nvme else 'AdamW rate'} reaches {target * 100:g}%: with "
                             f"it unbounded the step is {cap.step_s:.3g} s "
                             f"({_tokens(cap, w, cluster) / hbm_tokens * 100:.3g}% of all-HBM), of "
-                            + _held_by(cap, "nvme" if nvme else "optimizer")
+                            + _held_by(cap)
                             + ("" if nvme else _tier_bound(w, gpu, tier, cluster, overlap, goal, cap, target))))
         elif nvme:
             r, wr = tier.nvme_read.value * k, tier.nvme_write.value * k
@@ -404,11 +404,16 @@ def _tier_bound(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, o
     cross it both ways each micro-step); then the bandwidth that would reach the target.
     Empty where the tier does not hold it."""
     memory = cap.terms.get("state_memory", 0.0) >= cap.step_s
+    update = cap.terms.get("optimizer", 0.0)        # with the cores unbounded: the tier's own time
     wider = _tier_need(w, gpu, tier, cluster, overlap, goal) if tier.bandwidth else None
     if not memory and not (wider and wider > 1):
         return ""
+    parts = ([f"AdamW's {ADAMW_BYTES} B a parameter through it, {update:.3g} s a step at any core count"]
+             if update >= 0.001 else [])
+    if w.micro_steps > 1 or not parts:
+        parts.append("the GPUs' copies through it, the accumulated gradients both ways")
     how = ("state-memory: what the update, the gradients and the parameters move through it" if memory
-           else "the GPUs' copies through it, the accumulated gradients both ways")
+           else "; ".join(parts))
     need = (f": {target * 100:g}% needs ≥ {tier.bandwidth.value * wider:,.0f} GB/s of it per node "
             f"({wider:.3g}× the {tier.bandwidth.value:,.0f} given) with AdamW unbounded" if wider else "")
     return f" — the {tier.kind.upper()}'s bandwidth holds it ({how}), not the cores{need}"
@@ -430,9 +435,10 @@ def term_label(term: str) -> str:
     return term.replace("_", "-")
 
 
-def _held_by(p: Prediction, scaled: str) -> str:
-    """The terms left once `scaled` costs nothing: what holds the step then."""
-    left = [f"{term_label(k)} {v:.3g} s" for k, v in p.terms.items() if k != scaled and v >= 0.001]
+def _held_by(p: Prediction) -> str:
+    """The terms of a step priced with one input unbounded (its term then costs next to
+    nothing, unless a memory bounds it): what holds the step then."""
+    left = [f"{term_label(k)} {v:.3g} s" for k, v in p.terms.items() if v >= 0.001]
     return ", ".join(left)
 
 

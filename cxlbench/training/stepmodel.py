@@ -91,7 +91,9 @@ the step lasts at least as long as that memory takes to move everything the step
 of it, whatever overlaps: AdamW's 28 B a parameter, the gradients down (and,
 accumulating, their running sum back up), the parameters back, and with the state on
 NVMe its swap in and out of the buffers (nvme_bytes each way) (the term state_memory).
-The delayed update overlaps these in time; it cannot make the memory faster.
+The delayed update overlaps these in time; it cannot make the memory faster. AdamW
+itself streams its 28 B a parameter through that memory, so no core count steps it
+faster than the memory moves them: optimizer = max(N / R_opt, 28·N / state_Bps).
 
 Many GPUs (Cluster, per_gpu): the workload is one GPU's (its tokens; the optimizer
 state partitioned over `shards` GPUs, so every host term prices N / shards) and the
@@ -311,6 +313,8 @@ def predict(w: Workload, r: Rates, overlap: str = "serial") -> Prediction:
         terms["h2d"] = (k if overlap == "streamed" else 1) * w.param_bytes * n / r.h2d_Bps
     if r.opt_params_per_s:
         terms["optimizer"] = n / r.opt_params_per_s
+        if r.state_Bps and w.offload:
+            terms["optimizer"] = max(terms["optimizer"], ADAMW_BYTES * n / r.state_Bps)
     if r.opt_cpu_params_per_s and overlap == "dpu-shared":
         terms["optimizer_cpu"] = n / r.opt_cpu_params_per_s
     if w.nvme_bytes and r.nvme_read_Bps and r.nvme_write_Bps:
