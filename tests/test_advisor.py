@@ -190,7 +190,8 @@ def test_an_hbm_placement_that_does_not_fit_says_so_instead_of_a_figure(tmp_path
     run = host_run(tmp_path)
     a = advise([run], "8b", "h100-sxm")
     hbm = next(p for p in a.placements if p.tier == "hbm")
-    need = (16 * model_config("8b").num_params() + 34 * 2048 * 4096 * 32) / GIB
+    # bf16 params and grads, fp32 master, m and v, the reduce bucket, the activations
+    need = (16 * model_config("8b").num_params() + 2 * 500_000_000 + 34 * 2048 * 4096 * 32) / GIB
     assert not hbm.fits and hbm.relative is None
     assert hbm.verdict == f"does not fit in 80 GiB HBM: needs {need:.0f} GiB"
     assert a.best.tier == "ddr0" and a.placements[-1] is hbm            # after every placement that fits
@@ -198,6 +199,19 @@ def test_an_hbm_placement_that_does_not_fit_says_so_instead_of_a_figure(tmp_path
     assert code == 0
     (line,) = [x for x in out.splitlines() if x.startswith("optimizer state on hbm")]
     assert line == f"optimizer state on hbm: does not fit in 80 GiB HBM: needs {need:.0f} GiB"
+
+
+def test_one_gpu_holds_the_same_whether_advised_alone_or_as_a_node_of_one(tmp_path):
+    """The offloaded 8b on one H100: its bf16 parameters, a bucket of gradients in flight
+    (the engines free each gradient once it is on its way to the host) and the
+    activations, the same in `advise RUN` as in `advise --gpus 1 --host`."""
+    from cxlbench.analysis.whatif import load_host, whatif
+    from cxlbench.training.stepmodel import Cluster
+    a = advise([host_run(tmp_path)], "8b", "h100-sxm")
+    w = whatif(a.inputs.gpu, load_host("h100-8gpu-cxl"), "8b", Cluster(1, 1))
+    offloaded = next(p for p in a.placements if p.tier == "ddr0")
+    assert offloaded.device_bytes == w.rows[1].device_bytes
+    assert next(p for p in a.placements if p.tier == "hbm").device_bytes == w.hbm.device_bytes
 
 
 def test_70b_fits_no_single_gpu_and_no_placement_is_named(tmp_path):

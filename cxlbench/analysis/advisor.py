@@ -30,6 +30,7 @@ import pandas as pd
 
 from cxlbench.results.store import Run, find_runs, load_run, machine_of
 from cxlbench.training.configs import MODELS, model_config, train_config
+from cxlbench.training.footprint import hbm_need
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Rates, Workload, predict,
                                          tokens_to_hide_optimizer)
 from cxlbench.units import format_count, tier_order
@@ -609,7 +610,7 @@ def advise_inputs(inputs: Inputs, model: str, tiers: Sequence[str] | None = None
         if tier == "hbm":
             w = _workload(cfg, train, offload=False)
             pred = predict(w, Rates(flops_per_s=flops, opt_params_per_s=g.adamw.value), "none")
-            device = 16 * n + activations          # bf16 params, grads; fp32 master, m, v
+            device = hbm_need(2, False, n, 1, 0, activations)    # bf16 params, grads; fp32 master, m, v
             placements.append(Placement("optimizer state", "hbm", "hbm", pred.terms, pred.step_s,
                                         tokens / pred.step_s, device, 12 * n, capacity))
             continue
@@ -622,7 +623,7 @@ def advise_inputs(inputs: Inputs, model: str, tiers: Sequence[str] | None = None
         pred = predict(w, rates, "overlapped")
         host_s = max(pred.terms.get("optimizer", 0.0), pred.terms.get("nvme", 0.0))
         p = Placement("optimizer state", t.name, t.kind, pred.terms, pred.step_s, tokens / pred.step_s,
-                      4 * n + activations, 12 * n, capacity)
+                      hbm_need(2, True, n, 1, 0, activations), 12 * n, capacity)
         p.balance_tokens = tokens_to_hide_optimizer(flops, n / host_s) if host_s > 0 else None
         placements.append(p)
     fitting = sorted((p for p in placements if p.fits), key=lambda p: p.step_s)

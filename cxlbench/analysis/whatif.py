@@ -31,6 +31,7 @@ from cxlbench.analysis.advisor import (ASSUMED, DATASHEET, MEASURED, AdviceError
 from cxlbench.analysis.advisor import _workload as advisor_workload
 from cxlbench.results.store import Run
 from cxlbench.training.configs import model_config, train_config
+from cxlbench.training.footprint import REDUCE_BUCKET_BYTES, hbm_need, hbm_parts
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Cluster, Prediction, Rates, Workload,
                                          activation_bytes, per_gpu, predict)
 from cxlbench.units import format_count
@@ -267,34 +268,6 @@ def _workload(model: str, batch: int, seq: int, cluster: Cluster, offload: bool,
     w = advisor_workload(model_config(model), train_config(model, batch=batch, seq_len=seq), offload, nvme,
                          shards=cluster.gpus, recompute=recompute).accumulating(micro_steps)
     return replace(w, params_sharded=zero == 3)
-
-
-#: The gradients' reduce bucket a GPU holds while the partitions go to the host:
-#: DeepSpeed's default, zero_optimization.reduce_bucket_size = 5e8 elements, bf16
-REDUCE_BUCKET_BYTES = 2 * 500_000_000
-
-
-def hbm_parts(zero: int, offload: bool, n: int, gpus: int, unit_params: float, activations: int) -> dict[str, float]:
-    """What one GPU holds, part by part (bytes): the bf16 parameters whole (ZeRO-2), or
-    its partition of them and two gathered units, the one computing and the one
-    prefetched (ZeRO-3; `unit_params` the largest module gathered at once); the
-    gradients' reduce bucket, and with the optimizer in HBM its gradient partition and
-    its partition of the fp32 master, m and v (12 B a parameter) — offloaded, DeepSpeed
-    keeps the gradient partitions on the host; and the activations."""
-    share = f"(its 1/{gpus})"
-    parts = {"bf16 parameters (whole)": 2 * n} if zero == 2 else {
-        f"bf16 parameters {share}": 2 * n / gpus, "two gathered units": 2 * 2 * unit_params}
-    parts["reduce bucket"] = REDUCE_BUCKET_BYTES
-    if not offload:
-        parts[f"bf16 gradients {share}"] = 2 * n / gpus
-        parts[f"fp32 master, m and v {share}"] = 12 * n / gpus
-    parts["activations"] = activations
-    return parts
-
-
-def hbm_need(zero: int, offload: bool, n: int, gpus: int, unit_params: float, activations: int) -> int:
-    """What one GPU holds (hbm_parts), in all."""
-    return int(sum(hbm_parts(zero, offload, n, gpus, unit_params, activations).values()))
 
 
 def held_text(w: "WhatIf") -> str:
