@@ -234,3 +234,15 @@ def test_published_refuses_a_workload_option_it_would_ignore(capsys):
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--accumulate" in err and "--recompute" in err
+
+
+def test_a_gpu_of_many_copies_its_partition_back_in_chunks_of_its_own():
+    """The parameters' copy back trails the update by one chunk of the GPU's partition,
+    not of the whole model: at 16 GPUs the 10B model's 4 Mi-parameter chunks number
+    154 a GPU, not 2,451."""
+    import math
+    from cxlbench.analysis.published import _at, _one_gpu
+    [case] = [c for c in load_cases()[0] if c.id == "zero-offload-scaling"]
+    one = _one_gpu(case)
+    w, _ = _at(case, one, 16)
+    assert w.chunks == math.ceil(w.shard_params / case["chunk_params"]) < one.w.chunks / 10

@@ -307,7 +307,9 @@ def _one_gpu(case: Case) -> _OneGpu:
 def _at(case: Case, one: _OneGpu, gpus: int, micro_steps: float = 1) -> tuple[Workload, Prediction]:
     """One GPU of `gpus`, the optimizer state partitioned over all, each step `micro_steps`
     of the 1-GPU bar's micro-batch (gradient accumulation) before the update."""
-    w = replace(one.w, shards=gpus).accumulating(micro_steps)
+    w = replace(one.w, shards=gpus)
+    chunk = case["chunk_params"] if "chunk_params" in case.inputs else w.shard_params
+    w = replace(w, chunks=max(1, math.ceil(w.shard_params / chunk))).accumulating(micro_steps)   # its partition's
     cluster = _cluster(case, min(gpus, one.per_node), math.ceil(gpus / one.per_node))
     rates = per_gpu(replace(one.node, compute_s=one.node.compute_s * micro_steps), cluster, one.host_Bps)
     return w, predict(w, rates, one.overlap)
