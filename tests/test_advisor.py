@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from cxlbench.analysis.advisor import (ASSUMED, COST_ORDER, DATASHEET, MEASURED, AdviceError, advise,
+from cxlbench.analysis.advisor import (ASSUMED, COST_ORDER, DATASHEET, MEASURED, PAPER, AdviceError, advise,
                                        load_gpus)
 from cxlbench.cli.main import main
 from cxlbench.report import render_run_html
@@ -296,10 +296,16 @@ def test_nvme_bandwidth_comes_from_the_storage_family_when_the_optimizer_did_not
 # ---- provenance ------------------------------------------------------------------------
 
 def test_every_input_says_whether_it_was_measured_read_off_a_datasheet_or_assumed(tmp_path, capsys):
+    """A datasheet is the vendor's; a copy rate someone measured on their machine is a
+    published measurement (paper); a rate derived from a datasheet's bandwidth is modelled,
+    so assumed."""
     run = host_run(tmp_path)
     a = advise([run], "8b", "h200")
     kinds = {f.source.kind for f in a.inputs.figures()}
-    assert kinds == {MEASURED, DATASHEET, ASSUMED}
+    assert kinds == {MEASURED, DATASHEET, PAPER, ASSUMED}
+    by_name = {f.name: f.source.kind for f in a.inputs.figures()}
+    assert by_name["GPU AdamW, optimizer state in HBM"] == ASSUMED and by_name["HBM bandwidth"] == DATASHEET
+    assert by_name["device → host copy (d2h)"] == PAPER
     ddr = a.inputs.tiers["ddr0"].adamw
     assert ddr.value == ADAMW["ddr"]                      # the best impl at all threads, not one thread
     assert "fused" in ddr.detail and "16 threads" in ddr.detail

@@ -418,3 +418,20 @@ def test_no_adamw_rate_beyond_what_its_tier_can_stream_is_offered_as_what_must_b
     unbounded = price(work, gpu, tier, w.cluster, "overlapped", 1e9)
     share_Bps = tier.bandwidth.value * 1e9 / 8
     assert unbounded.terms["optimizer"] == pytest.approx(28 * work.shard_params / share_Bps)
+
+
+def test_a_profile_says_what_its_figures_are_and_a_wrong_word_is_one_line(tmp_path, capsys):
+    """hosts.toml's NVMe figures are DeepSpeed's measurement on its machine: paper, not
+    datasheet. A profile of one's own may say so per table; a word that is none of the
+    four is refused in one line."""
+    host = load_host("h100-8gpu-cxl")
+    kinds = {f.name: f.source.kind for f in host.figures}
+    assert kinds["NVMe read bandwidth per node"] == "paper" and kinds["DDR bandwidth per node"] == "datasheet"
+    own = tmp_path / "mine.toml"
+    own.write_text('gpus = 8\ncores = 64\n[ddr]\nbandwidth_GBps = 400\nprovenance = "measured"\n'
+                   'adamw_params_per_s = 4e9\nadamw_provenance = "assumed"\n')
+    mine = load_host(str(own))
+    assert mine.tiers["ddr"].bandwidth.source.kind == "measured" and mine.tiers["ddr"].adamw.source.kind == "assumed"
+    own.write_text('gpus = 8\ncores = 64\n[ddr]\nbandwidth_GBps = 400\nprovenance = "guessed"\n')
+    code, _, err = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h100-sxm", "--host", str(own))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "provenance 'guessed' is none of" in err

@@ -12,8 +12,9 @@ training.stepmodel.predict: "overlapped" for the offload engine (gradients strea
 to the host during backward, the CPU steps while parameters stream back, NVMe I/O
 double-buffered), "none" for the state on the GPU. Every figure the model needs is
 an input with its provenance: measured (the run, case, machine and CPU that
-measured it), datasheet (the gpus.toml entry and its source) or assumed (the MFU,
-with the reason). A needed input that is missing is an AdviceError naming it and
+measured it), datasheet (the gpus.toml entry and its source), paper (a figure others
+measured on their machine and published: the practical copy rates) or assumed (the
+MFU, with the reason; a rate modelled from a datasheet's bandwidth). A needed input that is missing is an AdviceError naming it and
 the run that would measure it: nothing is estimated in its place.
 
 The result is modelled, not measured: a placement's tokens/s is what the model
@@ -35,7 +36,10 @@ from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Rates, W
                                          tokens_to_hide_optimizer)
 from cxlbench.units import format_count, tier_order
 
-MEASURED, DATASHEET, ASSUMED = "measured", "datasheet", "assumed"
+MEASURED, DATASHEET, PAPER, ASSUMED = "measured", "datasheet", "paper", "assumed"
+#: what a figure can be: measured here, a vendor's datasheet, a published measurement
+#: (a paper, a blog, a forum: someone else's machine), or assumed (a rule, or modelled)
+PROVENANCES = (MEASURED, DATASHEET, PAPER, ASSUMED)
 #: Tier kinds, the least costly per byte first: the rule that names a placement.
 COST_ORDER = ("nvme", "cxl", "ddr", "hbm")
 HOST_KINDS = ("ddr", "cxl", "nvme")
@@ -437,15 +441,16 @@ def _gpu_from_datasheet(spec: GpuSpec, mfu: float, runs: Sequence[Run]) -> GpuIn
                    Source(ASSUMED, f"{spec.name}'s datasheet peak × the assumed MFU"))
     hbm = Figure("GPU memory (HBM)", spec.hbm_gib, "GiB", sheet)
     hbm_bw = Figure("HBM bandwidth", spec.hbm_TBps * 1000, "GB/s", sheet)
-    adamw = Figure("GPU AdamW, optimizer state in HBM", spec.hbm_TBps * 1e12 / ADAMW_BYTES, "params/s", sheet,
-                   f"HBM bandwidth ÷ {ADAMW_BYTES} B per parameter (AdamW's traffic): bandwidth-bound at the "
-                   f"datasheet's peak, so the fastest it can be")
+    adamw = Figure("GPU AdamW, optimizer state in HBM", spec.hbm_TBps * 1e12 / ADAMW_BYTES, "params/s",
+                   Source(ASSUMED, f"modelled: gpus.toml [{spec.name}]'s HBM bandwidth ÷ {ADAMW_BYTES} B per "
+                                   "parameter (AdamW's traffic), bandwidth-bound at the datasheet's peak: the "
+                                   "fastest it can be", spec.url))
     measured = _gpu_from_runs(runs, None)
     if measured is not None:          # a GPU run's own copies beat a practical figure
         d2h, h2d = measured.d2h, measured.h2d
     else:
-        host = Source(DATASHEET, f"gpus.toml [{spec.name}]: PCIe Gen{spec.pcie_gen} x16, {spec.host_source}",
-                      spec.host_url)
+        host = Source(PAPER, f"gpus.toml [{spec.name}]: PCIe Gen{spec.pcie_gen} x16, {spec.host_source}",
+                      spec.host_url)       # another's measurement of the copies, not the vendor's
         d2h = Figure("device → host copy (d2h)", spec.host_GBps, "GB/s", host, "a practical rate, not the link's")
         h2d = Figure("host → device copy (h2d)", spec.host_GBps, "GB/s", host, "a practical rate, not the link's")
     peer = Figure("GPU ↔ GPU link (NVLink)", spec.nvlink_GBps, "GB/s",

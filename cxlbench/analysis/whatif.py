@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from cxlbench import tomlfile
-from cxlbench.analysis.advisor import (ASSUMED, DATASHEET, MEASURED, AdviceError, Figure, GpuInputs, HostTier,
+from cxlbench.analysis.advisor import (ASSUMED, DATASHEET, MEASURED, PAPER, PROVENANCES, AdviceError, Figure, GpuInputs, HostTier,
                                        Source, _host_tiers)
 from cxlbench.analysis.advisor import _workload as advisor_workload
 from cxlbench.results.store import Run
@@ -36,7 +36,6 @@ from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Cluster,
                                          activation_bytes, per_gpu, predict)
 from cxlbench.units import format_count
 
-PAPER = "paper"
 HOSTS_FILE = Path(__file__).with_name("hosts.toml")
 GIB = 2**30
 #: A CPU core's AdamW rate where a profile has no measured one: ZeRO-Offload's CPU-Adam
@@ -88,7 +87,8 @@ def _tier_adamw(kind: str, bandwidth: Figure, cores: Figure, given: dict) -> Fig
     name = f"CPU AdamW, optimizer state on {kind.upper()}"
     if "adamw_params_per_s" in given:
         return Figure(name, float(given["adamw_params_per_s"]), "params/s",
-                      Source(MEASURED, given.get("adamw_source", "as the profile states")))
+                      Source(_provenance(given, "adamw_provenance", MEASURED),
+                             given.get("adamw_source", "as the profile states")))
     by_bw = bandwidth.value * 1e9 / ADAMW_BYTES
     by_cores = cores.value * PER_CORE_ADAMW
     bound = "the tier's bandwidth" if by_bw <= by_cores else "the cores"
@@ -98,9 +98,16 @@ def _tier_adamw(kind: str, bandwidth: Figure, cores: Figure, given: dict) -> Fig
                                   f"({format_count(by_cores)} params/s, {PER_CORE_SOURCE.text}); {bound} bound it"))
 
 
+def _provenance(table: dict, key: str, default: str) -> str:
+    value = table.get(key, default)
+    if value not in PROVENANCES:
+        raise ValueError(f"{key} {value!r} is none of {', '.join(PROVENANCES)}")
+    return value
+
+
 def _profile(name: str, entry: dict) -> HostProfile:
     def source(t: dict) -> Source:
-        return Source(DATASHEET, t.get("source", "the profile"), t.get("url", ""))
+        return Source(_provenance(t, "provenance", DATASHEET), t.get("source", "the profile"), t.get("url", ""))
 
     try:
         cores = Figure("CPU cores per node", float(entry["cores"]), "cores",
