@@ -273,6 +273,18 @@ def test_process_bytes_per_node_reads_numa_maps():
 
 # ---- the step-time model --------------------------------------------------------
 
+def test_with_checkpointing_the_gradients_hide_behind_three_quarters_of_the_compute():
+    """The recomputed forward runs in the backward: 6 of a checkpointed step's 8 FLOPs
+    per parameter and token are backward, where the gradients go down. A d2h of 0.7 of
+    the compute is exposed by 0.7 − ⅔ without checkpointing and hides with it."""
+    w = Workload(n_params=10**9, n_params_nonembed=10**9, n_layers=16, dim=2048, seq_len=2048,
+                 tokens_per_step=8192, chunks=10**6)
+    r = Rates(flops_per_s=1.0, compute_s=1.0, d2h_Bps=2e9 / 0.7, h2d_Bps=1e15, opt_params_per_s=1e15)
+    plain = predict(w, r, "overlapped").step_s
+    assert plain == pytest.approx(1.0 + (0.7 - 2 / 3), abs=1e-5)
+    assert predict(replace(w, recompute=True), r, "overlapped").step_s == pytest.approx(1.0, abs=1e-5)
+
+
 def test_step_model_arithmetic_on_known_inputs():
     w = Workload(n_params=10**9, n_params_nonembed=10**9, n_layers=16, dim=2048, seq_len=2048,
                  tokens_per_step=8192, grad_bytes=2, param_bytes=2, nvme_bytes=12, chunks=4)

@@ -20,7 +20,8 @@ How the terms add up depends on what the engine overlaps:
   - "serial": nothing overlaps (the CPU run: every copy is a memcpy on the same cores)
       step = compute + d2h + h2d + max(optimizer, nvme) + reduce_scatter + all_gather
   - "overlapped": the offload engine on a GPU — gradients are reduced between the GPUs
-      and stream to host bucket by bucket during backward (about 2/3 of compute; the two
+      and stream to host bucket by bucket during backward (about 2/3 of compute, 3/4 with
+      activation checkpointing, whose recomputed forward runs in the backward; the two
       links pipeline, so the slower sets the pace), parameters stream back chunk by chunk
       while the next chunk is stepped, NVMe I/O is double-buffered with the update, and
       the updated partitions are then gathered on every GPU:
@@ -189,6 +190,13 @@ class Workload:
         return replace(self, tokens_per_step=round(self.tokens_per_step * micro_steps), micro_steps=micro_steps)
 
     @property
+    def backward_share(self) -> float:
+        """The backward's part of a micro-step's compute, what the gradients' way down can
+        hide behind: 4 of 6 FLOPs per parameter and token, or with checkpointing the
+        recomputed forward and the backward, 6 of 8."""
+        return 0.75 if self.recompute else 2 / 3
+
+    @property
     def gathers(self) -> int:
         """All-gathers of the parameters each micro-step where they are sharded: the
         forward's and the backward's, and the recompute's forward with checkpointing, as
@@ -285,12 +293,14 @@ def _gathers_per_step(w: Workload, overlap: str) -> float:
 
 def _exposed(w: Workload, c: float, down: float, again: float, rs: float, ag: float) -> float:
     """What the micro-steps' compute cannot hide of their exchanges, micro-step by
-    micro-step: the backward (⅔ of one's compute) hides its gradients' way down (the
+    micro-step: the backward (⅔ of one's compute, ¾ with checkpointing:
+    Workload.backward_share) hides its gradients' way down (the
     first's may be the cheaper, with no running sum yet) and, over the GPUs' links, the
     reduce-scatter and the backward's gathers of sharded parameters; the forward (⅓)
     hides its own gather."""
     k = w.micro_steps
-    fwd, bwd, rs1 = c / k / 3, 2 * c / k / 3, rs / k
+    bwd = w.backward_share * c / k
+    fwd, rs1 = c / k - bwd, rs / k
     gather = ag / k / w.gathers if w.params_sharded else 0.0       # one layer-by-layer gather
     links = rs1 + (w.gathers - 1) * gather if w.params_sharded else rs1
     ahead = k * max(0.0, gather - fwd)
