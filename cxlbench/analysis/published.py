@@ -464,7 +464,14 @@ def _mark_readings(case: Case, points: list[PointResult]) -> None:
     read = _readings(case)
     if not read or all(p.holds for p in points):
         return
-    corners = [CHECKS[case.check](_read_at(case, signs)) for signs in itertools.product((-1, 1), repeat=len(read))]
+    corners = []
+    for signs in itertools.product((-1, 1), repeat=len(read)):
+        try:
+            corners.append(CHECKS[case.check](_read_at(case, signs)))
+        except CaseError:
+            continue          # a corner the model cannot price (host terms outlast the step) holds nothing
+    if not corners:
+        return
     for i, p in enumerate(points):
         if not p.holds:
             p.best_reading = min((c[i] for c in corners), key=lambda q: abs(q.error) - q.tolerance)
