@@ -84,6 +84,25 @@ def test_report_and_compare_write_html(capsys, tmp_path):
     assert code == 0 and "latency" in out and (tmp_path / "c.html").exists()
 
 
+def test_no_output_is_ever_written_into_a_run_and_no_run_into_another(capsys, tmp_path):
+    """A report, a comparison, a gate's files, an export or a thresholds file aimed at a
+    run's folder is refused before anything is written: the run keeps what it measured."""
+    base, cur = _pair(tmp_path)
+    before = {p.name: p.read_bytes() for p in Path(cur).iterdir() if p.is_file()}
+    for args in (["report", base, "-o", f"{cur}/samples.parquet"],
+                 ["compare", base, cur, "-o", f"{cur}/run.json"],
+                 ["gate", "--baseline", base, "--current", cur, "--json", f"{cur}/run.json"],
+                 ["export", base, "-o", f"{cur}/run.json"],
+                 ["calibrate", base, cur, "--write-thresholds", f"{cur}/new/t.toml"],
+                 ["run", "--suite", "quick", "--out", cur]):
+        with pytest.raises(SystemExit) as stop:          # refused by the parser, before the command
+            main(args)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and "inside the run" in err and len(err.strip().splitlines()) == 1, args
+    assert {p.name: p.read_bytes() for p in Path(cur).iterdir() if p.is_file()} == before
+    assert not (Path(cur) / "new").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["compare", "only-one"], "at least two runs"),
     (["report", "/nonexistent/run"], "does not exist"),

@@ -235,3 +235,9 @@ def test_publish_refuses_bad_input_in_one_line(tmp_path, capsys):
     add_run(lab_dir, "cxl-a", "a1", START, seed=1)
     assert main(["publish", str(lab_dir), "-o", str(tmp_path / "file")]) == 2
     assert "not a folder" in capsys.readouterr().err
+    # the site never shares a folder with measured runs: pages would mix into them, and a
+    # damaged manifest could name a run's file for removal
+    for site in (lab_dir, tmp_path, next(lab_dir.glob("*/*"))):
+        assert main(["publish", str(lab_dir), "-o", str(site)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ("overlap" in err or "holds measured runs" in err)

@@ -55,7 +55,39 @@ def out_file(text: str) -> str:
         folder = os.path.dirname(folder)
     if folder and not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {folder} is a file, not a folder")
+    run = run_above(os.path.abspath(text))
+    if run:
+        raise argparse.ArgumentTypeError(f"{text!r} is inside the run {run}: write elsewhere (a run's folder "
+                                         f"holds what was measured, never a command's output)")
     return text
+
+
+def results_dir(text: str) -> str:
+    """Where runs are written: a folder (made if missing), never inside another run."""
+    import os
+    if not text.strip():
+        raise argparse.ArgumentTypeError("'' is not a folder for results (give one, e.g. results)")
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder for results")
+    run = run_above(os.path.join(os.path.abspath(text), "x"))
+    if run:
+        raise argparse.ArgumentTypeError(f"{text!r} is inside the run {run}: runs go in a results folder "
+                                         "of their own (history would never find one nested in a run)")
+    return text
+
+
+def run_above(path: str) -> str | None:
+    """The run folder (one holding run.json) that `path` would be written into, if any."""
+    import os
+    from cxlbench.results.store import RUN_JSON
+    folder = os.path.dirname(path)
+    while True:
+        if os.path.isfile(os.path.join(folder, RUN_JSON)):
+            return folder
+        up = os.path.dirname(folder)
+        if up == folder:
+            return None
+        folder = up
 
 
 def machine_root(text: str) -> str:

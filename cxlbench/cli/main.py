@@ -11,7 +11,7 @@ import sys
 
 from cxlbench.version import __version__
 from cxlbench.cli import commands
-from cxlbench.cli.argtypes import fraction, machine_root, out_file, seconds, whole
+from cxlbench.cli.argtypes import fraction, machine_root, out_file, results_dir, seconds, whole
 from cxlbench.cli.commands import UserError
 
 
@@ -69,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="measure a suite on this machine")
     r.add_argument("--suite", default="quick", help="suite name (suites/NAME.toml) or a .toml path")
     r.add_argument("--label", help="a name for this run, kept in run.json")
-    r.add_argument("--out", default="results", help="results directory (default: results/)")
+    r.add_argument("--out", type=results_dir, default="results", help="results directory (default: results/)")
     r.add_argument("--budget", type=seconds, help="time budget in seconds (overrides the suite's)")
     r.add_argument("--list", action="store_true", help="print the plan and exit")
     r.add_argument("--precision", metavar="FRACTION", type=fraction,
@@ -104,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
     ab = sub.add_parser("ab", help="configurations measured interleaved in one session, judged round by round")
     ab.add_argument("file", nargs="?", help="the A/B file: suite, rounds, [[config]] tables")
     ab.add_argument("--judge", metavar="SESSION", help="judge a session measured before (its directory)")
-    ab.add_argument("--out", default="results", help="results directory (default: results/)")
+    ab.add_argument("--out", type=results_dir, default="results", help="results directory (default: results/)")
     ab.add_argument("--label", help="a name for the session's runs")
     ab.add_argument("--threshold", type=fraction,
                     help="smallest change that matters (default: the file's, else 10%%)")

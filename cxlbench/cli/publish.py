@@ -56,6 +56,7 @@ def publish(stores: list[str], out: str, quiet: bool = False) -> int:
     for store in stores:
         if location.is_url(store):
             location.check_reachable(store)      # no credentials or bucket: one line, not botocore's
+    _site_apart(out, [s for s in stores if not location.is_url(s)])
     from cxlbench.report import site
     done = site.publish(stores, out, FleetPages([str(s) for s in stores]))
     if not quiet:
@@ -65,6 +66,22 @@ def publish(stores: list[str], out: str, quiet: bool = False) -> int:
             print(f"left out {len(done.left_out)} run(s): " + "; ".join(done.left_out[:3]) +
                   (" ..." if len(done.left_out) > 3 else ""))
     return 0
+
+
+def _site_apart(out: str, local_stores: list[str]) -> None:
+    """The site's folder shares nothing with measured results: publishing removes the
+    pages it made before, and a store inside it, or it inside a store or a run, would
+    mix pages into runs (and let a damaged manifest name a run's file)."""
+    from cxlbench.cli.argtypes import run_above
+    site = Path(out).resolve()
+    for store in local_stores:
+        s = Path(store).resolve()
+        if site == s or site.is_relative_to(s) or s.is_relative_to(site):
+            raise UserError(f"publish -o {out}: the site's folder and the results folder {store} overlap; "
+                            "publish into a folder of its own")
+    run = run_above(str(site / "index.html"))
+    if run or (site.is_dir() and next(site.rglob("run.json"), None) is not None):
+        raise UserError(f"publish -o {out}: {run or out} holds measured runs; publish into a folder of its own")
 
 
 def add_parser(sub) -> None:
