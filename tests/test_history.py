@@ -242,6 +242,28 @@ def test_gate_against_history_names_the_runs_it_left_out(tmp_path, capsys):
     assert rc == 0 and "left out: 1 run(s)" in text and "damaged (not JSON)" in text
 
 
+def test_a_current_run_that_read_zero_is_refused_not_passed(tmp_path, capsys):
+    """A bandwidth of 0 GB/s or a latency of −1 ns is no figure: the gate says the run is
+    damaged (exit 2, one line) instead of passing it for lack of a p-value; a run with
+    no number at all is refused the same way."""
+    paths = _runs(tmp_path, 14)
+    samples = paths[13] / "samples.parquet"
+    frame = pd.read_parquet(samples)
+    for value, says in ((0.0, "0, negative or not a number"), (math.nan, "holds no figure to gate")):
+        frame.assign(value=value).to_parquet(samples)
+        rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13])])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and says in err
+
+
+def test_a_run_of_a_suite_the_store_has_never_seen_is_inconclusive_not_a_crash(tmp_path, capsys):
+    _runs(tmp_path, 3)
+    other = _runs(tmp_path, 1, suite="nightly", out=tmp_path / "elsewhere")[0]
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(other)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "inconclusive: 0 runs of history for" in out and "/nightly" in out
+
+
 def test_gate_against_history_names_a_run_that_is_not_there(tmp_path, capsys):
     _runs(tmp_path, 2)
     rc = main(["gate", "--history", str(tmp_path / "results"), "--current", "nope"])

@@ -285,7 +285,8 @@ def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = (),
           normalize: str | None = None) -> History:
     reference = history_reference(runs) if normalize else {}
     table = pd.DataFrame([{"run_id": r.run_id, "started": _started(r.meta), "run_label": r.meta.get("label"),
-                           **{k: get(r.meta) for k, get in ENVIRONMENT.items()}} for r in runs])
+                           **{k: get(r.meta) for k, get in ENVIRONMENT.items()}} for r in runs],
+                         columns=["run_id", "started", "run_label", *ENVIRONMENT])    # its columns with no runs too
     table.insert(0, "position", range(len(table)))
     frames = [run_rows(r, normalize, reference).assign(run_id=r.run_id, position=i) for i, r in enumerate(runs)]
     rows = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()

@@ -124,9 +124,20 @@ def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = 
     ref = reference_ids if reference_ids is not None else \
         reference(h, current.run_id, {c.run_id for c in confirmations}, rule)
     cur = run_rows(current, h.normalize, h.reference)
+    if cur.empty:
+        return HistoryVerdict(ERROR, pd.DataFrame(), rule, current.run_id,
+                              errors=[f"the current run {current.run_id} holds no figure to gate (no sample is a "
+                                      "number): the run is damaged or empty, re-run it"])
     known = dict(zip(h.rows["point"], h.rows["label"])) if not h.rows.empty else {}
     cur["label"] = [known.get(p, own) for p, own in zip(cur["point"], labels(cur))]
+    unmeasured = _not_figures(cur)
+    if unmeasured:
+        return HistoryVerdict(ERROR, pd.DataFrame(), rule, current.run_id, errors=unmeasured)
     conf = [run_rows(c, h.normalize, h.reference).set_index("point")["median"] for c in confirmations]
+    if h.rows.empty:                      # no run of this machine and suite in the store yet
+        return HistoryVerdict(SHORT, pd.DataFrame(), rule, current.run_id,
+                              notes=[f"inconclusive: 0 runs of history for {h.machine}/{h.suite}, "
+                                     f"{rule.min_history} needed"])
     base = h.rows[h.rows["run_id"].isin(ref)]
     rows = [_point(row, base[base["point"] == row["point"]], conf, rule) for _, row in cur.iterrows()]
     table = pd.DataFrame(rows)
@@ -139,6 +150,20 @@ def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = 
                              f", {rule.min_history} needed")
         return verdict
     return _decide(verdict)
+
+
+def _not_figures(cur: pd.DataFrame) -> list[str]:
+    """A time, a bandwidth or a rate is a positive number: a current run whose median is
+    0, negative or not a number holds no figure to gate (a damaged or doctored run),
+    and a gate that let it pass would pass a memory path that read 0 GB/s."""
+    medians = cur["median"].to_numpy(float)
+    bad = cur[~(np.isfinite(medians) & (medians > 0))]
+    if bad.empty:
+        return []
+    first = bad.iloc[0]
+    return [f"the current run's {first['label']} is {first['median']:g} {first['unit']} "
+            f"({len(bad)} of {len(cur)} points are 0, negative or not a number): not a measured figure; "
+            "the run is damaged, re-run it"]
 
 
 def _point(row: pd.Series, base: pd.DataFrame, conf: list[pd.Series], rule: Rule) -> dict:
