@@ -30,7 +30,7 @@ from typing import Any
 
 from cxlbench.analysis.compare import as_run, params_text
 from cxlbench.analysis.reduction import axis_columns, point_id, repetitions
-from cxlbench.results.store import Run, atomic_write
+from cxlbench.results.store import ResultsError, Run, atomic_write
 
 #: The pytest-benchmark file format version these files follow.
 FORMAT_VERSION = "5.1.0"
@@ -43,7 +43,10 @@ def _convert(metric: str, unit: str, better: str, values: list[float]) -> tuple[
     if unit == "s":
         return values, "seconds"
     if better == "higher":
-        return [1.0 / v if v else math.inf for v in values], f"seconds per {unit.split('/')[0]} (1/value)"
+        if not all(math.isfinite(v) and v > 0 for v in values):
+            raise ResultsError(f"a {metric} of {min(values):g} {unit} is no figure (0, negative or not a number): "
+                               "the run is damaged; it has no time per unit to export")
+        return [1.0 / v for v in values], f"seconds per {unit.split('/')[0]} (1/value)"
     return values, f"{unit} (as is; not a time)"
 
 

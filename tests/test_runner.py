@@ -115,6 +115,17 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     assert len(err.strip().splitlines()) == 1 and message in err
 
 
+def test_a_count_no_machine_could_finish_is_a_typo_refused_before_anything_runs(tmp_path):
+    """repetitions = 10^14 had reached the worker's wait and overflowed the OS clock."""
+    (tmp_path / "s.toml").write_text('name = "s"\nrepetitions = 99999999999999\n[[benchmark]]\n'
+                                     'name = "latency"\ntiers = ["ddr"]\nworking_set = ["16KiB"]\n')
+    proc = _cli("run", "--suite", "s.toml", "--out", "r", cwd=tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "repetitions = 99999999999999: must be ≤ 1,000,000" in err
+    assert not (tmp_path / "r").exists()
+
+
 # ------------------------------------------------------------ processes
 
 def test_processes_share_repetitions_evenly_and_never_run_empty():

@@ -86,6 +86,9 @@ def edit_meta(run_dir, **fields):
     (lambda p: pd.read_parquet(p / "samples.parquet").astype({"value": str}).to_parquet(p / "samples.parquet"),
      "its values are .*, not numbers"),
     (lambda p: (p / "samples.parquet").unlink(), "samples.parquet is missing, though the run ended"),
+    (lambda p: edit_meta(p, machine="x"), "its machine is not a machine record"),
+    (lambda p: edit_meta(p, tiers=[{"name": 1}]), "its tiers is not a list of tiers with names"),
+    (lambda p: edit_meta(p, suite=[1]), "its suite is not the suite's settings"),
 ])
 def test_damaged_or_foreign_files_give_one_clear_error(tmp_path, damage, message):
     w = write_run(tmp_path)
@@ -183,3 +186,11 @@ def test_a_run_without_distributions_has_an_empty_histogram_table(tmp_path):
     write_run(tmp_path)
     h = cxlbench.histograms(tmp_path)
     assert h.empty and "lower_ns" in h.columns
+
+
+def test_a_histograms_file_that_is_not_one_is_refused_in_one_line(tmp_path):
+    from cxlbench.results.store import load_histograms
+    w = write_run(tmp_path)
+    pd.DataFrame({"x": [1]}).to_parquet(w.path / "histograms.parquet")
+    with pytest.raises(ResultsError, match="not a cxlbench histograms file"):
+        load_histograms(w.path)

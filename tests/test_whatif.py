@@ -146,6 +146,22 @@ def test_a_profile_lacking_a_figure_is_one_line_naming_it(tmp_path, capsys):
     assert code == 2 and len(err.splitlines()) == 1 and "lacks bandwidth_GBps" in err
 
 
+@pytest.mark.parametrize("text, says", [
+    ("gpus = 'eight'\ncores = 64\n[ddr]\nbandwidth_GBps = 400\n", "gpus = 'eight' is not a whole number"),
+    ("gpus = 8\ncores = -1\n[ddr]\nbandwidth_GBps = 400\n", "cores = -1 is not a positive number"),
+    ("gpus = 8\ncores = 64\n[ddr]\nbandwidth_GBps = nan\n", "bandwidth_GBps = nan is not a positive number"),
+    ("gpus = 8\ncores = 64\nnetwork_GBps = -400\n[ddr]\nbandwidth_GBps = 400\n", "network_GBps = -400"),
+    ("gpus = 8\ncores = 64\nddr = 5\n", "ddr = 5 is not a table"),
+])
+def test_a_profile_figure_that_is_no_figure_is_one_line_naming_it(tmp_path, capsys, text, says):
+    """A negative core count or a bandwidth of nan would price tokens/s below zero or
+    shares of 134%: refused, naming the key."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    code, _, err = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h200", "--host", str(bad))
+    assert code == 2 and len(err.splitlines()) == 1 and says in err
+
+
 def test_measured_runs_can_be_the_host(tmp_path, capsys):
     run = host_run(tmp_path / "results")
     code, out, _ = run_cli(capsys, "advise", str(run), "--model", "8b", "--gpu", "h200", "--gpus", "4")
@@ -435,3 +451,11 @@ def test_a_profile_says_what_its_figures_are_and_a_wrong_word_is_one_line(tmp_pa
     own.write_text('gpus = 8\ncores = 64\n[ddr]\nbandwidth_GBps = 400\nprovenance = "guessed"\n')
     code, _, err = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h100-sxm", "--host", str(own))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "provenance 'guessed' is none of" in err
+
+
+def test_a_count_past_any_machine_is_refused_in_one_line_before_pricing():
+    """--batch 10^20 had priced 4·10^21 GiB a GPU; --gpus 10^8 a node of that many."""
+    for flag, value in (("--batch", "99999999999999999999"), ("--gpus", "99999999"), ("--nodes", "10000000")):
+        with pytest.raises(SystemExit) as stop:
+            main(["advise", "--model", "8b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", flag, value])
+        assert stop.value.code == 2, flag

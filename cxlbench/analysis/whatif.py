@@ -86,7 +86,7 @@ def _tier_adamw(kind: str, bandwidth: Figure, cores: Figure, given: dict) -> Fig
     cores at the one published per-core rate."""
     name = f"CPU AdamW, optimizer state on {kind.upper()}"
     if "adamw_params_per_s" in given:
-        return Figure(name, float(given["adamw_params_per_s"]), "params/s",
+        return Figure(name, _positive(given, "adamw_params_per_s"), "params/s",
                       Source(_provenance(given, "adamw_provenance", MEASURED),
                              given.get("adamw_source", "as the profile states")))
     by_bw = bandwidth.value * 1e9 / ADAMW_BYTES
@@ -105,46 +105,66 @@ def _provenance(table: dict, key: str, default: str) -> str:
     return value
 
 
+def _positive(table: dict, key: str, most: float = math.inf) -> float:
+    """A profile's figure: a positive, finite number (a bandwidth, a core count, a rate),
+    at most `most` (past which it is a typo, not a server)."""
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{key} = {value!r} is not a positive number")
+    if value > most:
+        raise ValueError(f"{key} = {value!r}: at most {most:,g}")
+    return float(value)
+
+
+def _table(entry: dict, kind: str) -> dict:
+    t = entry[kind]
+    if not isinstance(t, dict):
+        raise ValueError(f"{kind} = {t!r} is not a table ([{kind}] with its figures)")
+    return t
+
+
 def _profile(name: str, entry: dict) -> HostProfile:
     def source(t: dict) -> Source:
         return Source(_provenance(t, "provenance", DATASHEET), t.get("source", "the profile"), t.get("url", ""))
 
     try:
-        cores = Figure("CPU cores per node", float(entry["cores"]), "cores",
+        cores = Figure("CPU cores per node", _positive(entry, "cores", most=8192), "cores",
                        Source(DATASHEET, entry.get("cores_source", "the profile")))
         tiers: dict[str, HostTier] = {}
         figures = [cores]
         for kind in ("ddr", "cxl"):
             if kind in entry:
-                t = entry[kind]
-                bw = Figure(f"{kind.upper()} bandwidth per node", float(t["bandwidth_GBps"]), "GB/s", source(t))
+                t = _table(entry, kind)
+                bw = Figure(f"{kind.upper()} bandwidth per node", _positive(t, "bandwidth_GBps"), "GB/s", source(t))
                 tiers[kind] = HostTier(kind, kind, adamw=_tier_adamw(kind, bw, cores, t), bandwidth=bw,
                                        machine=name)
                 figures.append(bw)
         if "nvme" in entry:
-            t = entry["nvme"]
+            t = _table(entry, "nvme")
             ddr = tiers.get("ddr")
             if ddr is None:
                 raise AdviceError(f"host profile {name!r}: an nvme table needs a ddr one (the update runs on DDR "
                                   "buffers)")
-            read = Figure("NVMe read bandwidth per node", float(t["read_GBps"]), "GB/s", source(t))
-            write = Figure("NVMe write bandwidth per node", float(t["write_GBps"]), "GB/s", source(t))
+            read = Figure("NVMe read bandwidth per node", _positive(t, "read_GBps"), "GB/s", source(t))
+            write = Figure("NVMe write bandwidth per node", _positive(t, "write_GBps"), "GB/s", source(t))
             tiers["nvme"] = HostTier("nvme", "nvme", adamw=ddr.adamw, nvme_read=read, nvme_write=write,
                                      bandwidth=ddr.bandwidth, machine=name)
             figures += [read, write]
+        gpus = entry.get("gpus")
+        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 1024):
+            raise ValueError(f"gpus = {gpus!r} is not a whole number of GPUs from 1 to 1024")
+        network = None
+        if "network_GBps" in entry:
+            network = Figure("network per node (its NICs)", _positive(entry, "network_GBps"), "GB/s",
+                             Source(DATASHEET, entry.get("network_source", "the profile"),
+                                    entry.get("network_url", "")), "per direction")
+            figures.append(network)
     except KeyError as e:
         raise AdviceError(f"host profile {name!r} lacks {e.args[0]} (see cxlbench/analysis/hosts.toml for the "
                           "form)") from None
     except (TypeError, ValueError) as e:
         raise AdviceError(f"host profile {name!r}: {e}") from None
-    gpus = entry.get("gpus")
-    network = None
-    if "network_GBps" in entry:
-        network = Figure("network per node (its NICs)", float(entry["network_GBps"]), "GB/s",
-                         Source(DATASHEET, entry.get("network_source", "the profile"), entry.get("network_url", "")),
-                         "per direction")
-        figures.append(network)
-    return HostProfile(name, entry.get("title", name), int(gpus) if gpus else None, tiers, figures, network)
+    return HostProfile(name, entry.get("title", name), gpus, tiers, figures, network)
 
 
 def load_host(name: str, path: str | Path = HOSTS_FILE) -> HostProfile:

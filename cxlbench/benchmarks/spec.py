@@ -78,10 +78,13 @@ MAX_CPUS = 8192
 
 #: Bytes, written as a number or a size such as "64KiB" or "1GiB"; never 0 or less.
 Size = Annotated[int, "size", at_least(1)]
+#: The most of anything a suite can ask to happen: a million repetitions of even a
+#: tenth of a second is a day and more; beyond it a count is a typo.
+MAX_COUNT = 10**6
 #: A count of things that must happen at least once: repetitions, iterations, steps.
-Count = Annotated[int, at_least(1)]
+Count = Annotated[int, at_least(1), Allowed(f"≤ {MAX_COUNT:,} (more is a typo)", lambda v: v <= MAX_COUNT)]
 #: A count that may be none: warm-up runs, extra repetitions (0: the default).
-Count0 = Annotated[int, at_least(0)]
+Count0 = Annotated[int, at_least(0), Allowed(f"≤ {MAX_COUNT:,} (more is a typo)", lambda v: v <= MAX_COUNT)]
 #: Threads of one initiator: at least one, at most what Linux can have.
 Threads = Annotated[int, at_least(1), Allowed(f"≤ {MAX_CPUS} (Linux's most CPUs)", lambda v: v <= MAX_CPUS)]
 #: Seconds that must pass: a timed run's length, a timeout.

@@ -259,11 +259,11 @@ def add_parser(sub) -> None:
                    help="name the cheapest placement within this of the best tokens/s (default 10)")
     a.add_argument("--tiers", help="restrict the placements: kinds (hbm,ddr,cxl,nvme) or tier names "
                                    "(ddr0,nvme0), comma-separated; default every kind")
-    a.add_argument("--batch", type=whole(1), help="sequences per step (default: the config's)")
-    a.add_argument("--seq", type=whole(1), help="tokens per sequence (default: the config's)")
-    a.add_argument("--gpus", type=whole(1), help="GPUs per node, the optimizer state sharded over "
+    a.add_argument("--batch", type=whole(1, most=10**6), help="sequences per step (default: the config's)")
+    a.add_argument("--seq", type=whole(1, most=10**8), help="tokens per sequence (default: the config's)")
+    a.add_argument("--gpus", type=whole(1, "(GPUs in one node)", most=1024), help="GPUs per node, the optimizer state sharded over "
                                                              "all of them (with --host: default the profile's)")
-    a.add_argument("--nodes", type=whole(1), default=1, help="nodes, each a copy of the host (default 1)")
+    a.add_argument("--nodes", type=whole(1, most=10**6), default=1, help="nodes, each a copy of the host (default 1)")
     a.add_argument("--host", help="a server profile (cxlbench/analysis/hosts.toml: h100-8gpu-cxl) or a .toml "
                                   "file of that form: each tier's share of all-HBM tokens/s on it")
     a.add_argument("--target", type=_within, default=0.90, metavar="PERCENT",
@@ -271,7 +271,7 @@ def add_parser(sub) -> None:
     a.add_argument("--recompute", action="store_true",
                    help="with --host/--gpus: activation checkpointing (the forward runs twice, each layer keeps "
                         "only its input)")
-    a.add_argument("--accumulate", type=whole(1), default=1, metavar="K",
+    a.add_argument("--accumulate", type=whole(1, most=10**6), default=1, metavar="K",
                    help="with --host/--gpus: gradient accumulation, K batches per optimizer step (the update "
                         "and its copies back paid once for all K; default 1)")
     a.add_argument("--zero", type=int, choices=(2, 3),

@@ -31,8 +31,8 @@ def fraction(text: str) -> str:
     return text
 
 
-def whole(least: int, why: str = "") -> Callable[[str], int]:
-    """A whole number ≥ least."""
+def whole(least: int, why: str = "", most: int | None = None) -> Callable[[str], int]:
+    """A whole number ≥ least (and ≤ most, past which a value is a typo, not a machine)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -40,6 +40,8 @@ def whole(least: int, why: str = "") -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if value < least:
             raise argparse.ArgumentTypeError(f"{text!r}: at least {least}{' ' + why if why else ''}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"{text!r}: at most {most:,}{' ' + why if why else ''}")
         return value
     parse.__name__ = "whole number"
     return parse
@@ -68,7 +70,7 @@ def results_dir(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("'' is not a folder for results (give one, e.g. results)")
     if os.path.exists(text) and not os.path.isdir(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder for results")
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a results directory")
     run = run_above(os.path.join(os.path.abspath(text), "x"))
     if run:
         raise argparse.ArgumentTypeError(f"{text!r} is inside the run {run}: runs go in a results folder "

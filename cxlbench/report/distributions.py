@@ -63,10 +63,12 @@ def latency_cdfs(hists: pd.DataFrame, maker) -> list[dict]:
 
 def run_histograms(run_path) -> pd.DataFrame:
     """The run's side table, or an empty frame (a stored run at a URL, an old run)."""
-    from cxlbench.results.store import load_histograms
+    import sys
+    from cxlbench.results.store import ResultsError, load_histograms
+    if not Path(str(run_path)).is_dir():
+        return pd.DataFrame()
     try:
-        if not Path(str(run_path)).is_dir():
-            return pd.DataFrame()
         return load_histograms(run_path)
-    except Exception:          # a report is still drawn without its CDFs
+    except ResultsError as e:  # a report is still drawn without its CDFs, and says so
+        print(f"cxlbench: note: {e}: the report leaves the distributions out", file=sys.stderr)
         return pd.DataFrame()

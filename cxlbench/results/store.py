@@ -312,6 +312,18 @@ def _read_meta(run_dir: Path) -> dict[str, Any]:
     return _parse_meta(text, run_dir / RUN_JSON, run_dir)
 
 
+#: The run record's parts every reader walks into, and their shapes: a record whose
+#: parts have other shapes is damaged, said in one line, not a traceback in a reader.
+_META_SHAPES = [("machine", "dict", "a machine record"), ("versions", "dict", "a table of versions"),
+                ("suite", "dict", "the suite's settings"), ("tiers", "tiers", "a list of tiers with names")]
+
+
+def _shaped(value: Any, kind: str) -> bool:
+    if kind == "dict":
+        return isinstance(value, dict)
+    return isinstance(value, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in value)
+
+
 def _parse_meta(text: bytes, where: Any, run_dir: Any) -> dict[str, Any]:
     try:
         meta = json.loads(text)
@@ -324,6 +336,9 @@ def _parse_meta(text: bytes, where: Any, run_dir: Any) -> dict[str, Any]:
     cases = meta.get("cases", [])
     if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
         raise ResultsError(f"{where} is damaged: cases is not a list of case records")
+    for key, kind, what in _META_SHAPES:
+        if meta.get(key) is not None and not _shaped(meta[key], kind):
+            raise ResultsError(f"{where} is damaged: its {key} is not {what}")
     if meta["schema_version"] > SCHEMA_VERSION:
         raise ResultsError(f"{run_dir} was written by a newer cxlbench (schema "
                            f"{meta['schema_version']}); upgrade to read it")
@@ -493,6 +508,19 @@ def load_histograms(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
 
 def _run_histograms(run_dir: Path) -> pd.DataFrame | None:
     if (run_dir / HISTOGRAMS).exists():
-        return pd.read_parquet(run_dir / HISTOGRAMS)
+        return _read_histograms(run_dir / HISTOGRAMS)
     parts = sorted((run_dir / HIST_PARTS).glob("*.parquet"))      # a run still going, or cut short
-    return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else None
+    return pd.concat([_read_histograms(p) for p in parts], ignore_index=True) if parts else None
+
+
+def _read_histograms(path: Path) -> pd.DataFrame:
+    """A histograms file, refused in one line where it is not one (as a samples file is)."""
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as e:     # pyarrow raises several types for a damaged file
+        raise ResultsError(f"{path} is not a readable histograms file ({type(e).__name__}); "
+                           "re-run the case or remove the file") from None
+    missing = [c for c in HIST_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ResultsError(f"{path} is not a cxlbench histograms file (missing columns: {', '.join(missing)})")
+    return frame

@@ -265,7 +265,8 @@ def measure_slice(p: Planned, env: Env, budget_left: float | None, piece: proces
     if budget_left is not None and budget_left < estimate:
         return CaseResult(p.case, SKIPPED, f"time budget of {env.suite['time_budget_s']:g} s: "
                                            f"~{estimate:.3g} s estimated, {max(budget_left, 0):.3g} s left")
-    timeout = max(env.suite.get("case_timeout_s", 600), 10 * estimate)
+    # a week at most: beyond it the wait is no timeout (and overflows the OS's clock)
+    timeout = min(max(env.suite.get("case_timeout_s", 600), 10 * estimate), 7 * 86400)
     result = run_case(replace(p.case, repetitions=piece.count, first_repetition=piece.first),
                       p.family, replace(env, spec=p.spec), timeout, installation)
     result.case = p.case
