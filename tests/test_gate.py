@@ -227,6 +227,15 @@ def test_thresholds_file_per_benchmark(tmp_path):
     assert result.exit_code == 0
 
 
+def test_a_noise_written_as_true_is_refused_not_read_as_a_hundred_percent(tmp_path):
+    import pytest
+    from cxlbench.analysis.thresholds import ThresholdError, load_thresholds
+    f = tmp_path / "t.toml"
+    f.write_text("[noise]\nlatency = true\n")
+    with pytest.raises(ThresholdError, match="noise.latency: True is not a run-to-run noise"):
+        load_thresholds(f)
+
+
 def test_example_thresholds_file_loads():
     from cxlbench.analysis.thresholds import EXAMPLE_FILE, load_thresholds
     t = load_thresholds(EXAMPLE_FILE)

@@ -98,6 +98,8 @@ def load_thresholds(path: str | Path | None = None, threshold: float | str | Non
             t.benchmarks[bench] = parse_fraction(value, f"{p}: benchmarks.{bench}")
     for bench, value in (data.get("noise") or {}).items():
         try:
+            if isinstance(value, bool):           # float(true) is 1.0: a noise of 100%
+                raise TypeError
             v = float(value[:-1]) / 100 if isinstance(value, str) and value.strip().endswith("%") \
                 else float(value)
         except (TypeError, ValueError):
