@@ -377,3 +377,17 @@ def test_a_confirmed_regression_carries_the_reruns_note_not_the_first_runs():
     line = next(x for x in alike_again.markdown().splitlines() if "confirmed on re-run" in x)
     assert "contiguity" not in line                  # the re-run's buffers were like the baseline's
     assert "physical contiguity (0.94 → 0.84" in gate(base, cur).junit_xml()
+
+
+def test_a_bandwidth_that_fell_to_zero_is_slower_however_noisy_the_baseline():
+    """No interval divides by 0, but a rate that read 0 is the largest regression there
+    is: slower, even beside an unstable baseline or a held CPU; a time of 0 is no
+    speed-up and stays undecided."""
+    from cxlbench.analysis.stats import (INCONCLUSIVE, discount_instability, discount_interference, judge,
+                                         ratio_ci)
+    base, zero = [19.8, 24.0, 28.2, 21.0, 26.0], [0.0] * 5
+    lost = judge(ratio_ci(base, zero), "higher", 0.05)
+    assert lost.verdict == SLOWER
+    assert discount_instability(lost, base, zero).verdict == SLOWER
+    assert discount_interference(lost, 0.5, 0.5).verdict == SLOWER
+    assert judge(ratio_ci(base, zero), "lower", 0.05).verdict == INCONCLUSIVE

@@ -181,6 +181,12 @@ class Ratio:
         return math.isfinite(self.lo) and math.isfinite(self.hi)
 
 
+#: A figure that read positive in the baseline and 0 or less in the current run: no
+#: ratio has an interval, but a bandwidth or a rate that fell to nothing is the
+#: largest regression there is, and a gate must not pass it as inconclusive.
+GONE = "the current run's median is 0 or less where the baseline's was positive"
+
+
 def ratio_ci(baseline, current, confidence: float = CONFIDENCE, run_noise: float = 0.0) -> Ratio:
     """Ratio of medians current/baseline with a `confidence` interval.
 
@@ -203,6 +209,8 @@ def ratio_ci(baseline, current, confidence: float = CONFIDENCE, run_noise: float
         return Ratio(nan, nan, nan, nan, nan, nb, nc, confidence,
                      note="no values in " + ("baseline" if nb == 0 else "current"))
     mb, mc = _median_sorted(np.sort(b)), _median_sorted(np.sort(c))
+    if mb > 0 and mc <= 0:
+        return Ratio(mc / mb, nan, nan, nan, nan, nb, nc, confidence, note=GONE)
     if mb <= 0 or mc <= 0 or (b <= 0).any() or (c <= 0).any():
         r = mc / mb if mb else nan
         return Ratio(r, nan, nan, nan, nan, nb, nc, confidence, note="values not all positive")
@@ -265,7 +273,8 @@ def judge(ratio: Ratio, better: str, threshold: float) -> Change:
     up, down = 1.0 + threshold, 1.0 - threshold
     args = dict(threshold=threshold, better=better, n_base=ratio.n_base, n_cur=ratio.n_cur)
     if not ratio.has_ci:
-        return Change(ratio.ratio, ratio.lo, ratio.hi, INCONCLUSIVE, math.inf,
+        lost = ratio.note == GONE and better == "higher"      # a time of 0 is no speed-up: undecided
+        return Change(ratio.ratio, ratio.lo, ratio.hi, SLOWER if lost else INCONCLUSIVE, math.inf,
                       note=ratio.note or "no interval", **args)
     lo, hi = ratio.lo, ratio.hi
     if lo > up:
@@ -291,8 +300,8 @@ def discount_interference(change: Change, held_base: float, held_cur: float,
     threads held their CPUs for less than `minimum` of its wall time: the change may be
     the interference, not the memory path. same/inconclusive verdicts stand."""
     low = min(held_base, held_cur)
-    if change.verdict not in (FASTER, SLOWER) or not low < minimum:
-        return change
+    if change.verdict not in (FASTER, SLOWER) or not low < minimum or change.note == GONE:
+        return change                     # interference slows a figure; it never zeroes one
     which = "baseline" if held_base <= held_cur else "current"
     note = (f"interference: in the {which} run a repetition's threads held their CPUs "
             f"{low:.1%} of its wall time (< {minimum:.0%}); {change.verdict} not called")
@@ -363,7 +372,7 @@ def discount_instability(change: Change, base_values, cur_values,
     other tenants hold); how often it lands in each drifts with time, so a difference
     between two runs can be the machine's drift and the t interval, which assumes one
     fixed distribution per run, cannot tell. same/inconclusive verdicts stand."""
-    if change.verdict not in (FASTER, SLOWER):
+    if change.verdict not in (FASTER, SLOWER) or change.note == GONE:    # no spread reaches 0
         return change
     widest = max(1.0 + limit * change.threshold, UNSTABLE_MIN)
     for which, values in (("baseline", base_values), ("current", cur_values)):
