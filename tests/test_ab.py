@@ -214,3 +214,11 @@ def test_a_pair_too_long_for_the_time_left_gives_way_to_shorter_ones():
                      NS(add=lambda s: None), 3, 30, lambda: clock[0], extra)
     assert calls == [(r, 1) for r in range(3, 8)]          # 2 s a round of pair 1; pair 0's 100 s never fit
     assert extra == {"rounds": {"1": 5}, "stopped": "the time budget of 10 s"}
+
+
+def test_a_file_and_a_session_to_judge_at_once_is_refused_for_what_it_is(tmp_path, capsys):
+    from cxlbench.cli.commands import UserError, ab
+    with pytest.raises(UserError, match="not both"):
+        ab(file=str(tmp_path / "x.toml"), judge=str(tmp_path / "s"))
+    with pytest.raises(UserError, match="needs an A/B file"):
+        ab()

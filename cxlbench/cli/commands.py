@@ -161,8 +161,11 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
     from cxlbench.analysis import ThresholdError
     from cxlbench.analysis.paired import format_verdicts, imprecise_pairs, judge_session
     from cxlbench.runner.ab import load_session, run_session
-    if (file is None) == (judge is None):
+    if file is None and judge is None:
         raise UserError("ab needs an A/B file to measure, or --judge SESSION to judge one measured before")
+    if file is not None and judge is not None:
+        raise UserError("ab takes an A/B file to measure or --judge SESSION to judge one measured before, "
+                        "not both")
     if file is not None:
         session = load_session(file)
         try:
