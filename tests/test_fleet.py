@@ -154,7 +154,7 @@ def test_a_configuration_name_the_api_server_would_refuse_is_one_line_and_exit_2
     before anything is written."""
     from cxlbench.cli.main import main
     out = tmp_path / "fleet.yaml"
-    code = main(["fleet", "manifests", "--store", str(tmp_path / "s"), "--image", "cxlbench:1",
+    code = main(["fleet", "manifests", "--store", "s3://bench/fleet", "--image", "cxlbench:1",
                  "--config", config, "-o", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and len(err.splitlines()) == 1 and says in err and not out.exists()
@@ -173,8 +173,28 @@ def test_the_manifests_name_the_built_image_by_default_and_let_move_pages_throug
     from cxlbench.cli.main import main
     from cxlbench.version import __version__
     out = tmp_path / "fleet.yaml"
-    assert main(["fleet", "manifests", "--store", str(tmp_path / "s"), "--config", "cxl-a=2", "-o", str(out)]) == 0
+    assert main(["fleet", "manifests", "--store", "s3://bench/fleet", "--config", "cxl-a=2", "-o", str(out)]) == 0
     (doc,) = [json.loads(d) for d in out.read_text().split("---\n") if d.strip()]
     container = doc["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == f"cxlbench:{__version__}"
     assert container["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--store", "fs"], "is a path inside each pod, lost when the pod ends"),
+    (["--hugepages", "2Mi=-2Gi"], "is not SIZE=AMOUNT"),
+    (["--memory", "0"], "is not a positive Kubernetes quantity"),
+    (["--secret", "a b"], "is not a Kubernetes Secret's name"),
+    (["--config", "b=99999999999999"], "1 to 10,000"),
+])
+def test_a_manifest_no_cluster_could_run_as_meant_is_refused_in_one_line(tmp_path, capsys, args, says):
+    """A store path inside the pods (its runs gone with them), a negative amount of huge
+    pages, a Secret name with a space, a Job of 10^14 nodes: refused before any manifest."""
+    from cxlbench.cli.main import main
+    base = {"--store": "s3://bench/fleet", "--config": "a=1"}
+    given = dict(zip(args[::2], args[1::2]))
+    argv = ["fleet", "manifests", *[x for k, v in {**base, **given}.items() for x in (k, v)],
+            "-o", str(tmp_path / "f.yaml")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and says in err and not (tmp_path / "f.yaml").exists()

@@ -176,22 +176,41 @@ def fleet_report(store: str, fleet_id: str | None = None, threshold: str = "10%"
 
 #: A Kubernetes resource quantity (2Gi, 512Mi, 1.5G, 100m): what the API server takes;
 #: the offline schema leaves it unchecked.
+#: Nodes one configuration's Job may span: past it, a count is a typo (each is a pod)
+MAX_NODES = 10_000
+#: A Secret's name: a DNS-1123 subdomain
+SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 #: A namespace is a DNS-1123 label.
 NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+def _amount(text: str) -> bool:
+    """A Kubernetes quantity that is more than nothing (a pod asks for memory, not less)."""
+    if not QUANTITY.match(text) or text.startswith(("-", "+")):
+        return False
+    number = re.match(r"[\d.]+(?:[eE][+-]?\d+)?", text)
+    return bool(number) and float(number.group()) > 0
+
+
 def _check_job_fields(store: str, image: str, namespace: str, memory: str | None,
-                      kube_version: str | None) -> None:
+                      kube_version: str | None, secret: str | None = None) -> None:
     """What the schema validation does not catch, refused before any manifest is written."""
     for flag, value in (("--store", store), ("--image", image)):
         if not value.strip():
             raise UserError(f"{flag} is empty")
+    from cxlbench.results import location
+    if not location.is_url(store):
+        raise UserError(f"--store {store!r} is a path inside each pod, lost when the pod ends: give the store's "
+                        "URL (s3://bucket/prefix), which every pod writes to")
     if not NAMESPACE.match(namespace):
         raise UserError(f"--namespace {namespace!r} is not a Kubernetes namespace (lower-case letters, digits "
                         f"and '-', at most 63)")
-    if memory is not None and not QUANTITY.match(memory):
-        raise UserError(f"--memory {memory!r} is not a Kubernetes quantity (e.g. 64Gi)")
+    if memory is not None and not _amount(memory):
+        raise UserError(f"--memory {memory!r} is not a positive Kubernetes quantity (e.g. 64Gi)")
+    if secret is not None and not SECRET.match(secret):
+        raise UserError(f"--secret {secret!r} is not a Kubernetes Secret's name (lower-case letters, digits, "
+                        "'-' and '.', at most 253)")
     if kube_version is not None:
         from kubernetes_validate.utils import all_versions
         known = sorted(set(all_versions()), key=lambda v: tuple(int(x) for x in v.split(".")))
@@ -206,19 +225,20 @@ def fleet_manifests(store: str, image: str, suite: str, configs: list[str], labe
     from cxlbench.fleet.record import new_fleet_id
     from cxlbench.runner.suite import load_suite
     load_suite(suite)                                # a bad suite stops here, not in every pod
-    _check_job_fields(store, image, namespace, memory, kube_version)
+    _check_job_fields(store, image, namespace, memory, kube_version, secret)
     pages = {}
     for item in hugepages:
         size, sep, amount = item.partition("=")
-        if not sep or size not in HUGEPAGE_SIZES or not QUANTITY.match(amount):
+        if not sep or size not in HUGEPAGE_SIZES or not _amount(amount):
             raise UserError(f"--hugepages {item!r} is not SIZE=AMOUNT with SIZE one of {', '.join(HUGEPAGE_SIZES)} "
                             f"and AMOUNT a Kubernetes quantity (e.g. 2Gi)")
         pages[size] = amount
     fleet_id, specs, names = new_fleet_id(), [], set()
     for item in configs:
         name, sep, count = item.partition("=")
-        if not sep or not name or not count.isdigit() or int(count) < 1:
-            raise UserError(f"--config {item!r} is not NAME=NODES (a configuration and how many nodes carry it)")
+        if not sep or not name or not count.isdigit() or not 1 <= int(count) <= MAX_NODES:
+            raise UserError(f"--config {item!r} is not NAME=NODES (a configuration and how many nodes carry it, "
+                            f"1 to {MAX_NODES:,})")
         if name in names:
             raise UserError(f"--config {name!r} is given twice: each configuration is one Job, named for it")
         names.add(name)
