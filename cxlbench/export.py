@@ -24,17 +24,23 @@ import json
 import math
 import platform
 import statistics
+import sys
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Any
 
 from cxlbench.analysis.compare import as_run, params_text
 from cxlbench.analysis.reduction import axis_columns, point_id, repetitions
-from cxlbench.results.store import ResultsError, Run, atomic_write
+from cxlbench.results.store import Run, atomic_write
 
 #: The pytest-benchmark file format version these files follow.
 FORMAT_VERSION = "5.1.0"
 _TIME_SCALE = {"latency_ns": 1e-9, "seconds": 1.0, "step_time_s": 1.0}
+
+
+class NoTime(ValueError):
+    """A higher-is-better figure of 0 or less (loaded latency's idle point reads 0 GB/s):
+    pytest-benchmark holds times, and it has no time per unit."""
 
 
 def _convert(metric: str, unit: str, better: str, values: list[float]) -> tuple[list[float], str]:
@@ -44,8 +50,7 @@ def _convert(metric: str, unit: str, better: str, values: list[float]) -> tuple[
         return values, "seconds"
     if better == "higher":
         if not all(math.isfinite(v) and v > 0 for v in values):
-            raise ResultsError(f"a {metric} of {min(values):g} {unit} is no figure (0, negative or not a number): "
-                               "the run is damaged; it has no time per unit to export")
+            raise NoTime(f"{metric} {min(values):g} {unit}")
         return [1.0 / v for v in values], f"seconds per {unit.split('/')[0]} (1/value)"
     return values, f"{unit} (as is; not a time)"
 
@@ -128,11 +133,15 @@ def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
     meta = run.meta
     env = meta.get("environment") or {}
     cpu = (meta.get("machine") or {}).get("cpu") or {}
-    benchmarks = []
+    benchmarks, left = [], []
     for p in points_of(run):
         first, values = p["first"], p["values"]
         metric, unit, better = str(first["metric"]), str(first["unit"]), str(first["better"])
-        converted, as_unit = _convert(metric, unit, better, values)
+        try:
+            converted, as_unit = _convert(metric, unit, better, values)
+        except NoTime as e:
+            left.append(f"{p['name']} ({e})")
+            continue
         benchmarks.append({
             "group": f"{p['benchmark']} · {metric}",
             "name": p["name"], "fullname": f"cxlbench/{p['benchmark']}::{p['name']}",
@@ -146,6 +155,9 @@ def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
                         "max_time": 0, "min_time": 0, "warmup": False},
             "stats": stats(converted, p["n_inner"]),
         })
+    if left:
+        print(f"cxlbench: note: {len(left)} point(s) left out, a figure of 0 or less has no time per unit: "
+              + "; ".join(left[:3]) + (" ..." if len(left) > 3 else ""), file=sys.stderr)
     return {
         "machine_info": {"node": meta.get("hostname"), "processor": cpu.get("model") or platform.processor(),
                          "machine": platform.machine(), "python_compiler": "",
@@ -157,7 +169,8 @@ def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
                          "cxlbench": {"run_id": meta.get("run_id"), "label": meta.get("label"),
                                       "status": meta.get("status"),
                                       "suite": (meta.get("suite") or {}).get("name")
-                                      if isinstance(meta.get("suite"), dict) else meta.get("suite")}},
+                                      if isinstance(meta.get("suite"), dict) else meta.get("suite"),
+                                      "left_out": left}},
         "commit_info": {"id": None, "time": None, "author_time": None, "dirty": False,
                         "project": "cxlbench", "branch": None},
         "benchmarks": benchmarks,

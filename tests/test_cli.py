@@ -103,6 +103,12 @@ def test_no_output_is_ever_written_into_a_run_and_no_run_into_another(capsys, tm
     assert not (Path(cur) / "new").exists()
 
 
+def test_standard_output_is_no_file_in_the_run_one_stands_in(capsys, tmp_path, monkeypatch):
+    base, _ = _pair(tmp_path)
+    monkeypatch.chdir(base)
+    assert main(["export", ".", "-o", "-"]) == 0 and capsys.readouterr().out.startswith("{")
+
+
 @pytest.mark.parametrize("args, message", [
     (["compare", "only-one"], "at least two runs"),
     (["report", "/nonexistent/run"], "does not exist"),

@@ -243,17 +243,33 @@ def test_gate_against_history_names_the_runs_it_left_out(tmp_path, capsys):
 
 
 def test_a_current_run_that_read_zero_is_refused_not_passed(tmp_path, capsys):
-    """A bandwidth of 0 GB/s or a latency of −1 ns is no figure: the gate says the run is
-    damaged (exit 2, one line) instead of passing it for lack of a p-value; a run with
-    no number at all is refused the same way."""
+    """A run none of whose figures is a positive number is damaged (exit 2, one line), not
+    passed for lack of a p-value; a run with no number at all is refused the same way."""
     paths = _runs(tmp_path, 14)
     samples = paths[13] / "samples.parquet"
     frame = pd.read_parquet(samples)
-    for value, says in ((0.0, "0, negative or not a number"), (math.nan, "holds no figure to gate")):
+    for value, says in ((0.0, "is a positive figure"), (math.nan, "holds no figure to gate")):
         frame.assign(value=value).to_parquet(samples)
         rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13])])
         err = capsys.readouterr().err
         assert rc == 2 and err.count("\n") == 1 and says in err
+
+
+def test_a_bandwidth_that_fell_to_zero_is_suspect_and_a_time_of_zero_is_not_gated(tmp_path):
+    """Real runs hold zeros (a step's transfer with nothing offloaded, loaded latency's idle
+    bandwidth): the run is judged point by point. A rate that read 0 where its history
+    is positive lost everything (−100%, suspect until confirmed); a time that reads 0 has
+    no ratio and is left ungated."""
+    paths = _runs(tmp_path, 14)
+    samples = paths[13] / "samples.parquet"
+    frame = pd.read_parquet(samples)
+    frame.loc[frame["better"] == "higher", "value"] = 0.0
+    frame.to_parquet(samples)
+    v = _judge(paths, 13)
+    rows = v.rows.set_index("metric")
+    higher = rows[rows["better"] == "higher"]
+    assert not higher.empty and (higher["change"] == -1.0).all() and (higher["verdict"] == "suspect").all()
+    assert v.status == SUSPECT
 
 
 def test_a_run_of_a_suite_the_store_has_never_seen_is_inconclusive_not_a_crash(tmp_path, capsys):

@@ -153,17 +153,25 @@ def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = 
 
 
 def _not_figures(cur: pd.DataFrame) -> list[str]:
-    """A time, a bandwidth or a rate is a positive number: a current run whose median is
-    0, negative or not a number holds no figure to gate (a damaged or doctored run),
-    and a gate that let it pass would pass a memory path that read 0 GB/s."""
+    """A run none of whose points is a positive number holds no figure to gate (a damaged
+    or doctored run). Single points may be 0 in real runs (a training step's transfer
+    with nothing offloaded, loaded latency's idle point's bandwidth): those are judged
+    one by one (_change_p)."""
     medians = cur["median"].to_numpy(float)
-    bad = cur[~(np.isfinite(medians) & (medians > 0))]
-    if bad.empty:
+    if (np.isfinite(medians) & (medians > 0)).any():
         return []
-    first = bad.iloc[0]
-    return [f"the current run's {first['label']} is {first['median']:g} {first['unit']} "
-            f"({len(bad)} of {len(cur)} points are 0, negative or not a number): not a measured figure; "
-            "the run is damaged, re-run it"]
+    first = cur.iloc[0]
+    return [f"none of the current run's {len(cur)} points is a positive figure (its {first['label']} is "
+            f"{first['median']:g} {first['unit']}): the run is damaged, re-run it"]
+
+
+def _change_p(hist: np.ndarray, value: float, higher: bool) -> tuple[float, float]:
+    """The change against the history and its p-value. A higher-is-better figure that
+    read 0 or less where its history is positive lost everything: −100%, and no history
+    predicts it (p = 0); a time of 0 or less has no ratio and is not gated."""
+    if value > 0:
+        return prediction_p(hist, value, higher)
+    return (-1.0, 0.0) if higher and np.isfinite(value) else (math.nan, math.nan)
 
 
 def _point(row: pd.Series, base: pd.DataFrame, conf: list[pd.Series], rule: Rule) -> dict:
@@ -178,14 +186,13 @@ def _point(row: pd.Series, base: pd.DataFrame, conf: list[pd.Series], rule: Rule
            "contiguity": float(row.get("contiguity", math.nan)),
            "contiguity_history": float(base["contiguity"].median()) if "contiguity" in base else math.nan,
            "note": ""}
-    if len(hist) < 3 or not (row["median"] > 0):
+    if len(hist) < 3:
         return out
     out["baseline"] = float(np.exp(np.mean(np.log(hist))))
     out["noise"] = float(np.std(np.log(hist), ddof=1))
-    out["change"], out["p"] = prediction_p(hist, row["median"], higher)
+    out["change"], out["p"] = _change_p(hist, row["median"], higher)
     for c in conf:
-        v = c.get(row["point"], math.nan)
-        ch, p = prediction_p(hist, v, higher) if v > 0 else (math.nan, math.nan)
+        ch, p = _change_p(hist, c.get(row["point"], math.nan), higher)
         out["confirm_changes"].append(ch)
         out["confirm_p"].append(p)
     return out

@@ -57,7 +57,7 @@ def out_file(text: str) -> str:
         folder = os.path.dirname(folder)
     if folder and not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {folder} is a file, not a folder")
-    run = run_above(os.path.abspath(text))
+    run = run_above(os.path.abspath(text)) if text != "-" else None     # "-": standard output
     if run:
         raise argparse.ArgumentTypeError(f"{text!r} is inside the run {run}: write elsewhere (a run's folder "
                                          f"holds what was measured, never a command's output)")

@@ -187,9 +187,9 @@ NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 def _amount(text: str) -> bool:
     """A Kubernetes quantity that is more than nothing (a pod asks for memory, not less)."""
-    if not QUANTITY.match(text) or text.startswith(("-", "+")):
+    if not QUANTITY.match(text) or text.startswith("-"):
         return False
-    number = re.match(r"[\d.]+(?:[eE][+-]?\d+)?", text)
+    number = re.match(r"[\d.]+(?:[eE][+-]?\d+)?", text.lstrip("+"))
     return bool(number) and float(number.group()) > 0
 
 
@@ -231,7 +231,7 @@ def fleet_manifests(store: str, image: str, suite: str, configs: list[str], labe
         size, sep, amount = item.partition("=")
         if not sep or size not in HUGEPAGE_SIZES or not _amount(amount):
             raise UserError(f"--hugepages {item!r} is not SIZE=AMOUNT with SIZE one of {', '.join(HUGEPAGE_SIZES)} "
-                            f"and AMOUNT a Kubernetes quantity (e.g. 2Gi)")
+                            f"and AMOUNT a positive Kubernetes quantity (e.g. 2Gi)")
         pages[size] = amount
     fleet_id, specs, names = new_fleet_id(), [], set()
     for item in configs:

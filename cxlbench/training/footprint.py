@@ -23,7 +23,8 @@ def hbm_parts(zero: int, offload: bool, n: int, gpus: int, unit_params: float, a
     share = f"(its 1/{gpus})"
     parts = {"bf16 parameters (whole)": 2 * n} if zero == 2 else {
         f"bf16 parameters {share}": 2 * n / gpus, "two gathered units": 2 * 2 * unit_params}
-    parts["reduce bucket"] = REDUCE_BUCKET_BYTES
+    if offload or gpus > 1:          # one GPU with its whole gradients has nothing to bucket
+        parts["reduce bucket"] = min(REDUCE_BUCKET_BYTES, 2 * n)    # never more than all the gradients
     if not offload:
         parts[f"bf16 gradients {share}"] = 2 * n / gpus
         parts[f"fp32 master, m and v {share}"] = 12 * n / gpus
