@@ -25,9 +25,11 @@ KNOWN_MISSES = {
     ("zero-offload-scaling", "8 GPUs"),
     ("zero-offload-scaling", "128 GPUs"),
     ("zero-offload-accumulation", "Fig. 10: 16 GPUs, 3.2 micro-steps"),   # the 16-GPU loss of Fig. 11
+    ("zero-offload-accumulation", "Fig. 8: 1 GPU, 51.2 micro-steps"),     # -0.051: inside the charts' reading
 }
 #: Of those, the misses that a reading of the charts within their precision holds
-WITHIN_READING = {("zero-offload-scaling", "8 GPUs")}      # its bar's top is under Fig. 11's line
+WITHIN_READING = {("zero-offload-scaling", "4 GPUs"), ("zero-offload-scaling", "8 GPUs"),
+                  ("zero-offload-accumulation", "Fig. 8: 1 GPU, 51.2 micro-steps")}
 
 
 def test_every_published_check_holds_within_its_tolerance_but_the_known_misses():
@@ -153,23 +155,40 @@ def _scaling_read_to(precision: float):
 
 
 def test_a_miss_is_within_the_charts_reading_only_if_a_reading_inside_their_precision_holds_it():
-    """Fig. 11 at 4 GPUs: 35.1 modelled against a bar measured at 30.1 (1.164, over ±15%).
-    Read to ±0.5 the bar may be 30.6 and the 1-GPU bar the model starts from 34.7,
-    which holds; to the pixel reading's ±0.2 no corner does; with nothing read off a
-    chart there is no such verdict, and a point that holds never gets one."""
-    assert _scaling_read_to(0.5)["4 GPUs"].at_reading is True
-    assert _scaling_read_to(0.2)["4 GPUs"].at_reading is False
+    """Fig. 11 at 4 GPUs: 35.0 modelled against a bar measured at 30.09 (1.164, over ±15%).
+    Read to ±0.2 the bar may be 30.29 and the 1-GPU bar the model starts from 34.96,
+    which holds; to ±0.1 no corner does; with nothing read off a chart there is no such
+    verdict, and a point that holds never gets one."""
+    assert _scaling_read_to(0.2)["4 GPUs"].at_reading is True
+    assert _scaling_read_to(0.1)["4 GPUs"].at_reading is False
     assert _scaling_read_to(0.0)["4 GPUs"].at_reading is None
     assert _scaling_read_to(0.5)["2 GPUs"].holds and _scaling_read_to(0.5)["2 GPUs"].at_reading is None
-    assert "at every reading inside the charts' precision (at best 1.150" in _scaling_read_to(0.2)["4 GPUs"].misses_on
-    assert "precision holds it (1.129" in _scaling_read_to(0.5)["4 GPUs"].misses_on
+    assert "at every reading inside the charts' precision (at best 1.15" in _scaling_read_to(0.1)["4 GPUs"].misses_on
+    assert "precision holds it (1.14" in _scaling_read_to(0.2)["4 GPUs"].misses_on
 
 
 def test_a_point_may_read_its_bar_less_precisely_than_its_column():
     """Fig. 11's 8-GPU bar sits under the aggregate line: its own ±0.5 applies to it, the
-    column's ±0.2 to the others."""
-    points = _scaling_read_to(0.2)
+    column's to the others."""
+    points = _scaling_read_to(0.1)
     assert points["8 GPUs"].at_reading is True and points["4 GPUs"].at_reading is False
+
+
+def test_corners_on_both_sides_of_the_band_mean_a_reading_between_them_holds():
+    """No corner within ±0.05 of the paper, one below and one above: by continuity a
+    reading between them holds, and the point says so."""
+    from cxlbench.analysis.published import PointResult, _mark_readings
+    [case] = [c for c in load_cases()[0] if c.id == "zero-offload-dpu"]
+    import cxlbench.analysis.published as pub
+    miss = PointResult("x", 1.2, 1.0, 0.05, "absolute", {})
+    flip = iter([-0.1, 0.1, -0.1, 0.1])
+    real = pub.CHECKS[case.check]
+    try:
+        pub.CHECKS[case.check] = lambda c: [PointResult("x", 1.0 + next(flip), 1.0, 0.05, "absolute", {})]
+        _mark_readings(case, [miss])
+    finally:
+        pub.CHECKS[case.check] = real
+    assert miss.at_reading is True and not miss.best_reading.holds
 
 
 def test_a_reading_that_is_not_a_precision_is_one_line_naming_it(tmp_path):

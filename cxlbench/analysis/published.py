@@ -464,18 +464,18 @@ def _mark_readings(case: Case, points: list[PointResult]) -> None:
     read = _readings(case)
     if not read or all(p.holds for p in points):
         return
-    corners = []
-    for signs in itertools.product((-1, 1), repeat=len(read)):
-        try:
-            corners.append(CHECKS[case.check](_read_at(case, signs)))
-        except CaseError:
-            continue          # a corner the model cannot price (host terms outlast the step) holds nothing
-    if not corners:
-        return
+    try:
+        corners = [CHECKS[case.check](_read_at(case, signs))
+                   for signs in itertools.product((-1, 1), repeat=len(read))]
+    except CaseError:
+        return                # a corner the model cannot price: no claim about every reading
     for i, p in enumerate(points):
         if not p.holds:
-            p.best_reading = min((c[i] for c in corners), key=lambda q: abs(q.error) - q.tolerance)
-            p.at_reading = p.best_reading.holds
+            at = [c[i] for c in corners]
+            p.best_reading = min(at, key=lambda q: abs(q.error) - q.tolerance)
+            # corners on both sides of the band: by continuity a reading between them holds
+            straddle = min(q.error for q in at) < -p.tolerance and max(q.error for q in at) > p.tolerance
+            p.at_reading = p.best_reading.holds or straddle
 
 
 def check(case: Case) -> CaseResult:
