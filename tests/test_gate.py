@@ -227,6 +227,23 @@ def test_thresholds_file_per_benchmark(tmp_path):
     assert result.exit_code == 0
 
 
+def test_a_misspelt_name_in_a_thresholds_file_is_refused_not_silently_ignored(tmp_path):
+    """'latncy' would have left every latency case at the default 5% without a word. A
+    family the runs do not hold (storage) is no error: one file serves every suite."""
+    rng = np.random.default_rng(9)
+    base = syn.make_run(sim_results(rng, 30), label="base")
+    cur = syn.make_run(sim_results(rng, 30), label="cur")
+    f = tmp_path / "t.toml"
+    for text, says in (("[benchmarks]\nlatncy = 0.2\n", "no benchmark is named 'latncy'"),
+                       ("[noise]\nbandwith = 0.1\n", "no benchmark is named 'bandwith'"),
+                       ("[benchmarks.latency]\nlatncy_ns = 0.2\n", "has no metric 'latncy_ns'")):
+        f.write_text(text)
+        result = gate(base, cur, thresholds_file=f)
+        assert result.exit_code == 2 and says in result.errors[0], text
+    f.write_text("[benchmarks]\nstorage = 0.2\nlatency = 0.2\n")
+    assert gate(base, cur, thresholds_file=f).exit_code != 2
+
+
 def test_a_noise_written_as_true_is_refused_not_read_as_a_hundred_percent(tmp_path):
     import pytest
     from cxlbench.analysis.thresholds import ThresholdError, load_thresholds

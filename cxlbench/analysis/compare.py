@@ -22,7 +22,7 @@ from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discoun
                                      discount_interference, frames_can_move, judge, note_contiguity, ratio_ci,
                                      repetitions_needed)
 from cxlbench.analysis.reduction import axis_columns, point_id, points, repetitions
-from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, load_thresholds
+from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, check_names, load_thresholds
 from cxlbench.results.store import ResultsError, Run, load_run
 from cxlbench.units import format_number, format_size, natural_key
 
@@ -279,6 +279,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
     except ValueError as e:
         raise ResultsError(str(e)) from None
     all_pts, values, held, contiguity, refs, used = [], {}, {}, {}, None, (0, 0)
+    present: dict[str, set[str]] = {}             # benchmark -> metrics, for the thresholds' names
     for i, run in enumerate(loaded):
         samples = drift.cases_only(run.samples, run.meta)
         if normalize:
@@ -292,12 +293,15 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
         reps = repetitions(samples)
         pts = annotate_points(run, points(reps), i)
         all_pts.append(pts)
+        for bench, grp in reps.groupby("benchmark"):
+            present.setdefault(str(bench), set()).update(map(str, grp["metric"].unique()))
         axes = axis_columns(reps)
         ids = ([point_id(c, a) for c, a in zip(reps["case_id"], reps[axes].to_dict("records"))]
                if axes else list(reps["case_id"]))
         values.update(_split_values(i, ids, reps["metric"].to_numpy(), reps["value"].to_numpy(float)))
         held.update(_per_point(i, ids, reps, "cpu_held", "min"))
         contiguity.update(_per_point(i, ids, reps, "phys_contiguity", "median"))
+    check_names(th, present)
     pts = pd.concat(all_pts, ignore_index=True) if all_pts else pd.DataFrame()
     pts.attrs["axes"] = sorted({a for p in all_pts for a in p.attrs.get("axes", [])})
 

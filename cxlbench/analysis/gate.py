@@ -324,7 +324,7 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     base, cur = runs
     try:
         cmp = compare([base, cur], thresholds=th, confidence=confidence, normalize=normalize)
-    except ResultsError as e:
+    except (ResultsError, ThresholdError) as e:
         result.errors.append(str(e))
         return result
     result.comparison = cmp

@@ -68,6 +68,23 @@ class Thresholds:
         return ", ".join(parts) + (f" (from {self.source})" if self.source != "default" else "")
 
 
+def check_names(th: Thresholds, present: dict[str, set[str]]) -> None:
+    """Refuse names a thresholds file gives that match nothing: a benchmark that is no
+    family and none of the runs', a metric the runs hold no such benchmark's samples of.
+    A misspelt name would leave its cases at the default without a word. `present`:
+    each benchmark in the runs compared, with its metrics."""
+    from cxlbench.benchmarks import FAMILIES
+    known = set(FAMILIES) | set(present)
+    for name in [*th.benchmarks, *(b for b, _ in th.metrics), *th.noise]:
+        if name != "default" and name not in known:
+            raise ThresholdError(f"{th.source}: no benchmark is named {name!r} (the families: "
+                                 f"{', '.join(sorted(FAMILIES))})")
+    for bench, metric in th.metrics:
+        if bench in present and metric not in present[bench]:
+            raise ThresholdError(f"{th.source}: benchmarks.{bench}.{metric}: these runs' {bench} has no metric "
+                                 f"{metric!r} (it has {', '.join(sorted(present[bench]))})")
+
+
 def load_thresholds(path: str | Path | None = None, threshold: float | str | None = None) -> Thresholds:
     """Thresholds from a file (or none); an explicit `threshold` sets the default
     (over the file's); per-benchmark entries of the file still apply."""
