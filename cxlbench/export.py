@@ -31,7 +31,7 @@ from typing import Any
 
 from cxlbench.analysis.compare import as_run, params_text
 from cxlbench.analysis.reduction import axis_columns, point_id, repetitions
-from cxlbench.results.store import Run, atomic_write
+from cxlbench.results.store import ResultsError, Run, atomic_write
 
 #: The pytest-benchmark file format version these files follow.
 FORMAT_VERSION = "5.1.0"
@@ -155,6 +155,9 @@ def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
                         "max_time": 0, "min_time": 0, "warmup": False},
             "stats": stats(converted, p["n_inner"]),
         })
+    if not benchmarks:
+        raise ResultsError(f"{meta.get('run_id')} holds no figure pytest-benchmark can take (no sample is a "
+                           "positive number): nothing to export")
     if left:
         print(f"cxlbench: note: {len(left)} point(s) left out, a figure of 0 or less has no time per unit: "
               + "; ".join(left[:3]) + (" ..." if len(left) > 3 else ""), file=sys.stderr)

@@ -222,3 +222,15 @@ def test_a_file_and_a_session_to_judge_at_once_is_refused_for_what_it_is(tmp_pat
         ab(file=str(tmp_path / "x.toml"), judge=str(tmp_path / "s"))
     with pytest.raises(UserError, match="needs an A/B file"):
         ab()
+
+
+def test_a_session_whose_two_arms_name_one_run_is_refused_not_called_same(tmp_path):
+    """A hand-edited or damaged ab.json whose arms point at the same run would judge a run
+    against itself: every case "same"."""
+    where = run_session(load_session(ab_file(tmp_path, TWO, rounds=2)), out=str(tmp_path / "r"))
+    record = json.loads((where / "ab.json").read_text())
+    record["configs"][1]["run"] = record["configs"][0]["run"]
+    (where / "ab.json").write_text(json.dumps(record))
+    from cxlbench.results.store import ResultsError
+    with pytest.raises(ResultsError, match="name the same run"):
+        judge_session(where)

@@ -153,6 +153,16 @@ def test_on_a_vm_without_measured_noise_whole_run_drift_is_assumed_and_said(tmp_
 
 # ------------------------------------------------------------------ calibrate
 
+def test_calibrate_refuses_a_run_with_no_positive_figure_instead_of_writing_thresholds_from_it():
+    from cxlbench.results.store import ResultsError
+    rng = np.random.default_rng(6)
+    a = syn.make_run(syn.suite_results(rng, **SMALL), label="a1")
+    b = syn.make_run(syn.suite_results(rng, **SMALL), label="a2")
+    b.samples["value"] = 0.0
+    with pytest.raises(ResultsError, match="holds no positive figure"):
+        calibrate(a, b)
+
+
 def test_calibrate_on_an_aa_pair():
     rng = np.random.default_rng(6)
     a = syn.make_run(syn.suite_results(rng, **SMALL), label="a1")

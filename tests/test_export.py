@@ -156,3 +156,14 @@ def test_a_bandwidth_of_zero_has_no_time_per_byte_and_is_left_out_saying_so(tmp_
     data = json.loads((tmp_path / "x.json").read_text())
     assert data["benchmarks"] and all(b["extra_info"]["metric"] != "bandwidth_GBps" for b in data["benchmarks"])
     assert data["machine_info"]["cxlbench"]["left_out"] and "no time per unit" in err
+
+
+def test_a_run_with_no_number_has_nothing_to_export_and_says_so(tmp_path, capsys):
+    import pandas as pd
+    from cxlbench.cli.main import main
+    run = syn.write_run(tmp_path / "results", syn.suite_results(np.random.default_rng(4), **SMALL), label="n")
+    samples = run / "samples.parquet"
+    pd.read_parquet(samples).assign(value=float("nan")).to_parquet(samples)
+    assert main(["export", str(run), "-o", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "nothing to export" in err and not (tmp_path / "x.json").exists()

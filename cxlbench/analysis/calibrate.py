@@ -22,11 +22,12 @@ import numpy as np
 import pandas as pd
 from scipy.stats import chi2
 
-from cxlbench.analysis.compare import (Comparison, RunLike, text_table, compare, fmt_change, fmt_ci_change,
+from cxlbench.analysis.compare import (Comparison, RunLike, as_run, text_table, compare, fmt_change, fmt_ci_change,
                                        fmt_pct)
 from cxlbench.analysis.stats import (CONFIDENCE, FASTER, SAME, SLOWER, false_alarm_probability,
                                      minimum_detectable_effect, run_noise_estimate)
 from cxlbench.analysis.thresholds import Thresholds, to_toml
+from cxlbench.results.store import ResultsError
 
 #: Thresholds a suggestion rounds up to.
 LADDER = (0.02, 0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.25, 0.30, 0.40, 0.50)
@@ -161,8 +162,13 @@ def _round_up(x: float) -> float:
 def calibrate(run_a: RunLike, run_b: RunLike, threshold: float | str | None = None,
               thresholds_file: str | Path | None = None, confidence: float = CONFIDENCE) -> Calibration:
     """Noise floor per case and the gate's false-positive rate from an A/A pair."""
-    cmp = compare([run_a, run_b], threshold=threshold, thresholds_file=thresholds_file,
-                  confidence=confidence)
+    runs = [as_run(r) for r in (run_a, run_b)]
+    for run in runs:
+        values = run.samples["value"].to_numpy(float)
+        if not (np.isfinite(values) & (values > 0)).any():
+            raise ResultsError(f"{run.run_id} holds no positive figure (every sample is 0, negative or not a "
+                               "number): nothing to calibrate from; re-run it")
+    cmp = compare(runs, threshold=threshold, thresholds_file=thresholds_file, confidence=confidence)
     warnings = []
     if cmp.identity_differences:
         warnings.append("the two runs are not of the same machine ("

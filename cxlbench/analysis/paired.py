@@ -113,12 +113,25 @@ def _is_session(record: Any) -> bool:
             and all(isinstance(c["run"], str) for c in record["configs"]))
 
 
+def _distinct_arms(record: dict[str, Any]) -> None:
+    """Two configurations recorded as the same run would judge a run against itself and
+    call every case the same: a damaged or hand-edited session, refused."""
+    seen: dict[str, str] = {}
+    for c in record["configs"]:
+        where = str(Path(c["run"]).resolve()) if "://" not in c["run"] else c["run"]
+        if where in seen:
+            raise ResultsError(f"configurations {seen[where]!r} and {c['name']!r} name the same run {c['run']}: "
+                               "an A/B of a run against itself decides nothing")
+        seen[where] = c["name"]
+
+
 def judge_session(path: str | Path, threshold: float | str | None = None,
                   confidence: float = CONFIDENCE) -> SessionVerdicts:
     """Every pair of the session, every configuration against the first."""
     record = load_session(path)
     th = parse_fraction(threshold if threshold is not None else record.get("threshold", "10%"))
     out = SessionVerdicts([c["name"] for c in record["configs"]], th)
+    _distinct_arms(record)
     runs = [load_run(c["run"]) for c in record["configs"]]
     contiguity = [_contiguity(run.samples) for run in runs]
     for r in session_rounds(record, runs):
