@@ -129,15 +129,19 @@ class PointResult:
             gap = f"the model's largest term: {term} {seconds:.3g} s"
         if self.best_reading is None:
             return gap
-        b = self.best_reading      # four places: a best reading a hair past the tolerance must not print as on it
-        best = f"{b.model / b.paper:.4f}" if b.kind == "relative" else f"{b.error:+.4f}"
+        # four places: a best reading a hair past the tolerance must not print as on it
+        best = self.best_reading.text(4)
         return (f"a reading inside the charts' precision holds it ({best}); " if self.at_reading
                 else f"at every reading inside the charts' precision (at best {best}); ") + gap
 
     @property
     def shown(self) -> str:
         """model ÷ paper, or model − paper, as the tables print it."""
-        return f"{self.model / self.paper:.3f}" if self.kind == "relative" else f"{self.error:+.3f}"
+        return self.text(3)
+
+    def text(self, places: int) -> str:
+        """model ÷ paper (relative) or model − paper (absolute), to `places` decimals."""
+        return f"{self.model / self.paper:.{places}f}" if self.kind == "relative" else f"{self.error:+.{places}f}"
 
 
 @dataclass
@@ -220,9 +224,15 @@ def gpt2(case: Case, layers: int, hidden: int, batch: int, **kw) -> Workload:
 
 
 def _workload(case: Case, n: int, n_ne: int, layers: int, dim: int, seq: int, tokens: int, **kw) -> Workload:
-    chunk = case.inputs["chunk_params"].value if "chunk_params" in case.inputs else n
     return Workload(n_params=n, n_params_nonembed=n_ne, n_layers=layers, dim=dim, seq_len=seq,
-                    tokens_per_step=tokens, chunks=max(1, math.ceil(n / chunk)), **kw)
+                    tokens_per_step=tokens, chunks=_chunks(case, n), **kw)
+
+
+def _chunks(case: Case, params: float) -> int:
+    """The optimizer chunks `params` parameters (a GPU's partition) are stepped and copied
+    back in: the engine rule's chunk where the case gives one, else one."""
+    chunk = case.inputs["chunk_params"].value if "chunk_params" in case.inputs else params
+    return max(1, math.ceil(params / chunk))
 
 
 def flops_per_step(w: Workload) -> float:
@@ -308,8 +318,7 @@ def _at(case: Case, one: _OneGpu, gpus: int, micro_steps: float = 1) -> tuple[Wo
     """One GPU of `gpus`, the optimizer state partitioned over all, each step `micro_steps`
     of the 1-GPU bar's micro-batch (gradient accumulation) before the update."""
     w = replace(one.w, shards=gpus)
-    chunk = case["chunk_params"] if "chunk_params" in case.inputs else w.shard_params
-    w = replace(w, chunks=max(1, math.ceil(w.shard_params / chunk))).accumulating(micro_steps)   # its partition's
+    w = replace(w, chunks=_chunks(case, w.shard_params)).accumulating(micro_steps)   # its partition's
     cluster = _cluster(case, min(gpus, one.per_node), math.ceil(gpus / one.per_node))
     rates = per_gpu(replace(one.node, compute_s=one.node.compute_s * micro_steps), cluster, one.host_Bps)
     return w, predict(w, rates, one.overlap)

@@ -73,6 +73,7 @@ def _site_apart(out: str, local_stores: list[str]) -> None:
     pages it made before, and a store inside it, or it inside a store or a run, would
     mix pages into runs (and let a damaged manifest name a run's file)."""
     from cxlbench.cli.argtypes import run_above
+    from cxlbench.results.store import RUN_JSON
     site = Path(out).resolve()
     for store in local_stores:
         s = Path(store).resolve()
@@ -80,7 +81,7 @@ def _site_apart(out: str, local_stores: list[str]) -> None:
             raise UserError(f"publish -o {out}: the site's folder and the results folder {store} overlap; "
                             "publish into a folder of its own")
     run = run_above(str(site / "index.html"))
-    if run or (site.is_dir() and next(site.rglob("run.json"), None) is not None):
+    if run or (site.is_dir() and next(site.rglob(RUN_JSON), None) is not None):
         raise UserError(f"publish -o {out}: {run or out} holds measured runs; publish into a folder of its own")
 
 

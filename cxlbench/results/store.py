@@ -260,17 +260,25 @@ def _empty() -> pd.DataFrame:
                          for c in CORE_COLUMNS})
 
 
-def _read_parquet(path: Path | str, source: Any = None) -> pd.DataFrame:
-    """A samples file; `source` (bytes read from a store) stands in for the path's file."""
+def _read_table(path: Path | str, kind: str, columns: list[str], source: Any = None) -> pd.DataFrame:
+    """A `kind` file (samples, histograms) with at least `columns`, refused in one line
+    where it is unreadable or is no such file; `source` (bytes read from a store) stands
+    in for the path's file."""
     try:
         frame = pd.read_parquet(path if source is None else io.BytesIO(source))
     except Exception as e:     # pyarrow raises several types for a damaged file
-        raise ResultsError(f"{path} is not a readable samples file ({type(e).__name__}); "
+        raise ResultsError(f"{path} is not a readable {kind} file ({type(e).__name__}); "
                            f"re-run the case or remove the file") from None
-    missing = [c for c in CORE_COLUMNS if c not in frame.columns]
+    missing = [c for c in columns if c not in frame.columns]
     if missing:
-        raise ResultsError(f"{path} is not a cxlbench samples file (missing columns: "
+        raise ResultsError(f"{path} is not a cxlbench {kind} file (missing columns: "
                            f"{', '.join(missing)})")
+    return frame
+
+
+def _read_parquet(path: Path | str, source: Any = None) -> pd.DataFrame:
+    """A samples file; `source` (bytes read from a store) stands in for the path's file."""
+    frame = _read_table(path, "samples", CORE_COLUMNS, source)
     if not pd.api.types.is_numeric_dtype(frame["value"]):
         raise ResultsError(f"{path} is damaged: its values are {frame['value'].dtype}, not numbers")
     return frame
@@ -508,19 +516,7 @@ def load_histograms(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
 
 def _run_histograms(run_dir: Path) -> pd.DataFrame | None:
     if (run_dir / HISTOGRAMS).exists():
-        return _read_histograms(run_dir / HISTOGRAMS)
+        return _read_table(run_dir / HISTOGRAMS, "histograms", HIST_COLUMNS)
     parts = sorted((run_dir / HIST_PARTS).glob("*.parquet"))      # a run still going, or cut short
-    return pd.concat([_read_histograms(p) for p in parts], ignore_index=True) if parts else None
-
-
-def _read_histograms(path: Path) -> pd.DataFrame:
-    """A histograms file, refused in one line where it is not one (as a samples file is)."""
-    try:
-        frame = pd.read_parquet(path)
-    except Exception as e:     # pyarrow raises several types for a damaged file
-        raise ResultsError(f"{path} is not a readable histograms file ({type(e).__name__}); "
-                           "re-run the case or remove the file") from None
-    missing = [c for c in HIST_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ResultsError(f"{path} is not a cxlbench histograms file (missing columns: {', '.join(missing)})")
-    return frame
+    frames = [_read_table(p, "histograms", HIST_COLUMNS) for p in parts]
+    return pd.concat(frames, ignore_index=True) if parts else None
