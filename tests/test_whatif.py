@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 
 from cxlbench.analysis.advisor import AdviceError, _gpu_entry, _gpu_from_datasheet
-from cxlbench.analysis.whatif import PER_CORE_ADAMW, load_host, price, whatif, _workload
+from cxlbench.analysis.whatif import PER_CORE_ADAMW, _counts, _least_count, load_host, price, whatif, _workload
 from cxlbench.cli.main import main
-from cxlbench.training.stepmodel import Cluster, Rates, per_gpu
+from cxlbench.training.stepmodel import Cluster, Rates, per_gpu, predict
 
 from test_advisor import host_run, run_cli
 
@@ -29,7 +29,9 @@ def test_every_tier_of_the_profile_is_a_share_of_all_hbm_with_and_without_dpu():
     for r in w.rows[1:]:
         assert r.share == pytest.approx(r.tokens_per_s / w.hbm.tokens_per_s)
         assert 0 < r.share <= r.dpu_share <= 1.0 + 1e-9        # DPU never slows the modelled step
-        assert len(r.needs) == 2 and {n.overlap for n in r.needs} == {"overlapped", "dpu"}
+        assert sorted((n.input, n.overlap) for n in r.needs) == sorted(
+            (varied, o) for varied in ("nvme" if r.kind == "nvme" else "adamw", "accumulate")
+            for o in ("overlapped", "dpu"))
     assert w.rows[1].share > w.rows[2].share > w.rows[3].share   # ddr > cxl > nvme on this profile
 
 
@@ -44,7 +46,7 @@ def test_a_need_is_the_least_rate_that_reaches_the_target():
         work = _workload("70b", w.batch, w.seq, cluster, offload=True, nvme=row.kind == "nvme", zero=w.zero,
                          recompute=True)
         for need in row.needs:
-            if need.factor is None or need.factor <= 1e-4:
+            if need.input == "accumulate" or need.factor is None or need.factor <= 1e-4:
                 continue
             def share(k):
                 p = price(work, gpu, tier, cluster, need.overlap, *((1.0, k) if need.input == "nvme" else (k, 1.0)))
@@ -55,12 +57,59 @@ def test_a_need_is_the_least_rate_that_reaches_the_target():
     assert checked >= 3
 
 
+def _share_at(w, gpu, host, row, overlap: str, k: int) -> float:
+    """A tier's share of all-HBM with k batches per optimizer step, priced afresh."""
+    cluster, nvme = w.cluster, row.kind == "nvme"
+    tier = _workload("70b", w.batch, w.seq, cluster, offload=True, nvme=nvme, zero=w.zero, micro_steps=k)
+    hbm = _workload("70b", w.batch, w.seq, cluster, offload=False, nvme=False, zero=w.zero, micro_steps=k)
+    hbm_p = predict(hbm, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value,
+                               collective_Bps=cluster.collective_Bps), "none")
+    return (tier.tokens_per_step / price(tier, gpu, host.tiers[row.tier], cluster, overlap).step_s) / (
+        hbm.tokens_per_step / hbm_p.step_s)
+
+
+def test_an_accumulation_need_is_the_least_count_of_batches_that_reaches_the_target():
+    """Re-priced at the count it names (all-HBM accumulating as much), the tier reaches
+    the target; at one batch fewer, not."""
+    gpu, host = _h100(), load_host("h100-8gpu-cxl")
+    w = whatif(gpu, host, "70b", Cluster(8, 1))
+    found = [(row, n) for row in w.rows[1:] for n in row.needs if n.input == "accumulate" and n.factor]
+    assert {(row.kind, n.overlap) for row, n in found} >= {("ddr", "overlapped"), ("ddr", "dpu"), ("nvme", "dpu")}
+    for row, need in found:
+        assert need.factor > 1 and f"≥ {need.factor:,} batches a step" in need.text
+        assert _share_at(w, gpu, host, row, need.overlap, need.factor) >= w.target
+        assert _share_at(w, gpu, host, row, need.overlap, need.factor - 1) < w.target
+
+
+def test_a_tier_no_accumulation_brings_to_the_target_says_the_most_it_reaches_and_where():
+    """CXL: each batch's gradients cross the tier both ways, so past a point more batches
+    only dilute the update; the line names the highest share and its count."""
+    gpu, host = _h100(), load_host("h100-8gpu-cxl")
+    w = whatif(gpu, host, "70b", Cluster(8, 1))
+    cxl = next(r for r in w.rows if r.kind == "cxl")
+    need = next(n for n in cxl.needs if n.input == "accumulate" and n.overlap == "dpu")
+    assert need.factor is None and "no accumulation reaches 90%" in need.text
+    most, count = re.search(r"at most ([\d.]+)% of all-HBM, at ([\d,]+) batches", need.text).groups()
+    count = int(count.replace(",", ""))
+    assert _share_at(w, gpu, host, cxl, "dpu", count) * 100 == pytest.approx(float(most), rel=1e-3)
+    for k in (1, count - 1, count + 1, 4 * count):
+        assert _share_at(w, gpu, host, cxl, "dpu", k) <= _share_at(w, gpu, host, cxl, "dpu", count)
+
+
+def test_the_count_search_finds_the_least_reaching_count_of_a_share_that_rises_then_falls():
+    share = lambda k: 0.9 - abs(math.log(k / 300)) / 10           # peaks at 300, reaches 0.85 over ~182..494
+    k, best = _least_count(share, 0.85)
+    assert share(k) >= 0.85 > share(k - 1)
+    none, best = _least_count(share, 0.95)
+    assert none is None and share(best) == max(share(c) for c in _counts())
+
+
 def test_an_unreachable_target_names_what_holds_the_step():
     """CXL without DPU at batch 1: the copies over the CXL tier's share of bandwidth stay
     exposed, so no AdamW rate reaches 90%, and the line says which terms hold it."""
     w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1))
     cxl = next(r for r in w.rows if r.kind == "cxl")
-    (stuck,) = [n for n in cxl.needs if n.overlap == "overlapped"]
+    (stuck,) = [n for n in cxl.needs if n.overlap == "overlapped" and n.input == "adamw"]
     assert stuck.factor is None and "no AdamW rate reaches 90%" in stuck.text and "h2d" in stuck.text
 
 
@@ -102,7 +151,9 @@ def test_the_seed_question_prints_four_tiers_both_compositions_and_what_must_be_
     for label in ("all-HBM", "optimizer state on ddr", "optimizer state on cxl", "optimizer state on nvme"):
         assert label in out
     assert "of all-HBM" in out and "with DPU" in out
-    assert len(re.findall(r"^  (ddr|cxl|nvme): (without|with) DPU: ", out, re.M)) == 6
+    assert len(re.findall(r"^  (ddr|cxl|nvme): (without|with) DPU: (no AdamW|no NVMe|CPU AdamW|NVMe ≥)", out,
+                          re.M)) == 6
+    assert len(re.findall(r"^  (ddr|cxl|nvme): (without|with) DPU: (or accumulate|no accumulation)", out, re.M)) == 6
     assert "not modelled:" in out and "datasheet" in out and "assumed" in out
     html = out_html.read_text()
     urls = set(re.findall(r"https?://[^\s\"'<>)]+", html))

@@ -200,7 +200,7 @@ def host_from_runs(runs: Sequence[Run]) -> HostProfile:
 class Need:
     """What one input of a tier must be for the tier to reach the target share."""
     overlap: str                      # overlapped (without DPU) / dpu
-    input: str                        # "adamw" or "nvme": the input varied
+    input: str                        # "adamw", "nvme" or "accumulate": the input varied
     factor: float | None              # × the given figure; None: no value reaches the target
     text: str
 
@@ -397,6 +397,84 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
     return out
 
 
+#: the most batches per optimizer step the accumulation lines search: past this the
+#: share has long stopped moving, and no training recipe accumulates more
+MAX_ACCUMULATE = 4096
+
+
+def _price_hbm(w: Workload, gpu: GpuInputs, cluster: Cluster) -> Prediction:
+    return predict(w, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value,
+                            collective_Bps=cluster.collective_Bps), "none")
+
+
+def _accumulation_needs(w: Workload, w_hbm: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster,
+                        target: float) -> list[Need]:
+    """The other lever than a faster tier: more batches per optimizer step (gradient
+    accumulation), which pays the update and its copies back once for all of them. The
+    least count at which the tier reaches `target` of all-HBM at the same count (the
+    share is taken like for like: all-HBM accumulates too), per composition. A count is
+    a global batch, and whether the recipe converges at it is not the model's to say."""
+    one, one_hbm = _one_batch(w), _one_batch(w_hbm)
+
+    def share(k: int, overlap: str) -> float:
+        tier_w, hbm_w = one.accumulating(k), one_hbm.accumulating(k)
+        return (_tokens(price(tier_w, gpu, tier, cluster, overlap), tier_w, cluster)
+                / _tokens(_price_hbm(hbm_w, gpu, cluster), hbm_w, cluster))
+
+    out = []
+    for overlap, name in (("overlapped", "without DPU"), ("dpu", "with DPU")):
+        k, best = _least_count(lambda k: share(k, overlap), target)
+        if k is None:
+            out.append(Need(overlap, "accumulate", None,
+                            f"{name}: no accumulation reaches {target * 100:g}%: at most "
+                            f"{share(best, overlap) * 100:.3g}% of all-HBM, at {best:,} batches a step"
+                            + (" (the most searched)" if best == MAX_ACCUMULATE else "")
+                            + ": what each batch pays on this tier holds it, not the update"))
+            continue
+        given = f" (the {w.micro_steps:,} given reach it)" if k <= w.micro_steps else ""
+        out.append(Need(overlap, "accumulate", k,
+                        f"{name}: or accumulate ≥ {k:,} batches a step{given}: a global batch of "
+                        f"{format_count(k * one.tokens_per_step * cluster.gpus)} tokens "
+                        f"({share(k, overlap) * 100:.3g}% of all-HBM at that count; whether the recipe converges "
+                        "at it is not modelled)"))
+    return out
+
+
+def _one_batch(w: Workload) -> Workload:
+    """The step of one batch per optimizer step, that `accumulating` multiplies."""
+    return replace(w, tokens_per_step=round(w.tokens_per_step / w.micro_steps), micro_steps=1)
+
+
+def _counts() -> list[int]:
+    """The counts the accumulation search walks: every one to 64, then 5% apart."""
+    counts = list(range(1, 65))
+    while counts[-1] < MAX_ACCUMULATE:
+        counts.append(min(MAX_ACCUMULATE, math.ceil(counts[-1] * 1.05)))
+    return counts
+
+
+def _least_count(share: Callable[[int], float], target: float) -> tuple[int | None, int]:
+    """(the least count in 1..MAX_ACCUMULATE whose share reaches `target`, or None; the
+    count with the highest share seen). The share rises while the once-a-step costs
+    shrink against the batches, and can then fall a little where each batch costs more
+    on the tier than on HBM: so the search walks up from one batch (one by one, then 5%
+    apart) and bisects only between the last count short of the target and the first
+    that reaches it."""
+    best, best_share, below = 1, -math.inf, 0
+    for k in _counts():
+        s = share(k)
+        if s >= target:
+            lo, hi = below, k
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if share(mid) >= target else (mid, hi)
+            return hi, hi
+        below = k
+        if s > best_share:
+            best, best_share = k, s
+    return None, best
+
+
 def _tier_bound(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, overlap: str, goal: float,
                 cap: Prediction, target: float) -> str:
     """Where the DDR or CXL tier, not the cores, holds a step with AdamW unbounded: as a
@@ -484,8 +562,7 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
     need = {offload: int(sum(parts.values())) for offload, parts in held.items()}
     w_hbm = _workload(model, train.batch, train.seq_len, cluster, offload=False, nvme=False, recompute=recompute,
                       micro_steps=micro_steps, zero=zero)
-    hbm = predict(w_hbm, Rates(flops_per_s=gpu.flops.value * 1e12, opt_params_per_s=gpu.adamw.value,
-                               collective_Bps=cluster.collective_Bps), "none")
+    hbm = _price_hbm(w_hbm, gpu, cluster)
     hbm_tokens = _tokens(hbm, w_hbm, cluster)
     rows = [TierRow("hbm", "hbm", hbm, hbm, hbm_tokens, hbm_tokens, need[False], 1.0, 1.0)]
     for kind in HOST_TIERS:
@@ -496,7 +573,8 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
             row = TierRow(tier.name, kind, plain, dpu, _tokens(plain, w, cluster), _tokens(dpu, w, cluster),
                           need[True])
             row.share, row.dpu_share = row.tokens_per_s / hbm_tokens, row.dpu_tokens_per_s / hbm_tokens
-            row.needs = _needs(w, gpu, tier, cluster, hbm_tokens, target)
+            row.needs = _needs(w, gpu, tier, cluster, hbm_tokens, target) + \
+                _accumulation_needs(w, w_hbm, gpu, tier, cluster, target)
             rows.append(row)
     if len(rows) == 1:
         raise AdviceError(f"host {host.name!r} has no DDR, CXL or NVMe tier to place the optimizer state on")
