@@ -214,16 +214,9 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     if compute is not None:
         rates = replace(rates, compute_s=compute.compute_s)
 
-    workload = Workload(
-        n_params=numel, n_params_nonembed=numel - cfg.vocab_size * cfg.dim,
-        n_layers=cfg.n_layers, dim=cfg.dim, seq_len=train.seq_len,
-        tokens_per_step=train.batch * train.seq_len,
-        # bf16 crosses PCIe in our engine; FSDP2 moves fp32 shards (reduce_dtype fp32, then
-        # casts on the GPU); a CPU run copies fp32
-        grad_bytes=2 if engine.cuda and spec.engine == "offload" else 4,
-        param_bytes=2 if engine.cuda and spec.engine == "offload" else 4,
-        nvme_bytes=(12 if spec.placement.params == "nvme" else 8) if spec.placement.optimizer == "nvme" else 0,
-        offload=spec.engine != "none", chunks=max(1, -(-numel // max(1, train.chunk_params))))
+    workload = step_workload(numel, cfg, train, spec.engine, engine.cuda,
+                             optimizer_nvme=spec.placement.optimizer == "nvme",
+                             params_nvme=spec.placement.params == "nvme")
     overlap = overlap_of(spec.engine, engine.cuda, train.dpu)
     prediction = predict(workload, rates, overlap)
     measured = {"compute": statistics.median(s.forward_s + s.backward_s for s in steps),
@@ -236,6 +229,20 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     return RunResult(spec, numel, workload.tokens_per_step, workload.flops_per_token,
                      warmup, steps, rates, peak, prediction, verdict, before, after, memory,
                      impl, compute, o_direct, notes, dpu)
+
+
+def step_workload(numel: int, cfg: ModelConfig, train: TrainConfig, engine: str, cuda: bool,
+                  optimizer_nvme: bool = False, params_nvme: bool = False) -> Workload:
+    """What one step of an engine moves, as the step model reads it."""
+    # bf16 crosses PCIe in our engine; FSDP2 moves fp32 shards (reduce_dtype fp32, then
+    # casts on the GPU); a CPU run copies fp32
+    copied = 2 if cuda and engine == "offload" else 4
+    return Workload(
+        n_params=numel, n_params_nonembed=numel - cfg.vocab_size * cfg.dim,
+        n_layers=cfg.n_layers, dim=cfg.dim, seq_len=train.seq_len,
+        tokens_per_step=train.batch * train.seq_len, grad_bytes=copied, param_bytes=copied,
+        nvme_bytes=(12 if params_nvme else 8) if optimizer_nvme else 0,
+        offload=engine != "none", chunks=max(1, -(-numel // max(1, train.chunk_params))))
 
 
 def overlap_of(engine: str, cuda: bool, dpu: bool) -> str:
