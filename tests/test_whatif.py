@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from cxlbench.analysis.advisor import AdviceError, _gpu_entry, _gpu_from_datasheet
-from cxlbench.analysis.whatif import PER_CORE_ADAMW, _counts, _least_count, load_host, price, whatif, _workload
+from cxlbench.analysis.whatif import MAX_ACCUMULATE, PER_CORE_ADAMW, _counts, _least_count, load_host, price, whatif, _workload
 from cxlbench.cli.main import main
 from cxlbench.training.stepmodel import Cluster, Rates, per_gpu, predict
 
@@ -94,6 +94,28 @@ def test_a_tier_no_accumulation_brings_to_the_target_says_the_most_it_reaches_an
     assert _share_at(w, gpu, host, cxl, "dpu", count) * 100 == pytest.approx(float(most), rel=1e-3)
     for k in (1, count - 1, count + 1, 4 * count):
         assert _share_at(w, gpu, host, cxl, "dpu", k) <= _share_at(w, gpu, host, cxl, "dpu", count)
+
+
+@pytest.mark.parametrize("micro_steps", [1, 4])
+def test_the_accumulation_curve_passes_through_the_tables_shares_at_the_count_priced(micro_steps):
+    w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1), micro_steps=micro_steps)
+    for row in w.rows[1:]:
+        (at,) = [(p, d) for k, p, d in row.curve if k == micro_steps]
+        assert at == pytest.approx((row.share, row.dpu_share), rel=1e-9)
+        counts = [k for k, _, _ in row.curve]
+        assert counts[0] == 1 and counts[-1] == MAX_ACCUMULATE and counts == sorted(counts)
+
+
+def test_the_page_draws_each_tier_and_composition_against_the_batches_with_the_target():
+    from cxlbench.report.advice import _accumulation_chart
+    from cxlbench.report.build import ChartMaker
+    w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1), micro_steps=2)
+    chart = _accumulation_chart(w, ChartMaker("t"))
+    lines = {s.label: s for s in chart.series}
+    for row in w.rows[1:]:
+        assert lines[f"{row.tier}, without DPU"].y == pytest.approx([p * 100 for _, p, _ in row.curve])
+        assert lines[f"{row.tier}, with DPU"].y == pytest.approx([d * 100 for _, _, d in row.curve])
+    assert lines["target 90%"].y == [90.0, 90.0] and chart.marks == [(2, "priced at 2")] and chart.logx
 
 
 def test_the_count_search_finds_the_least_reaching_count_of_a_share_that_rises_then_falls():

@@ -220,6 +220,8 @@ class TierRow:
     share: float = math.nan           # of all-HBM tokens/s
     dpu_share: float = math.nan
     needs: list[Need] = field(default_factory=list)    # what must be true to reach the target
+    curve: list[tuple[int, float, float]] = field(default_factory=list)   # (batches per step, share,
+                                                                           # with DPU): accumulation
 
     @property
     def label(self) -> str:
@@ -414,13 +416,8 @@ def _accumulation_needs(w: Workload, w_hbm: Workload, gpu: GpuInputs, tier: Host
     least count at which the tier reaches `target` of all-HBM at the same count (the
     share is taken like for like: all-HBM accumulates too), per composition. A count is
     a global batch, and whether the recipe converges at it is not the model's to say."""
-    one, one_hbm = _one_batch(w), _one_batch(w_hbm)
-
-    def share(k: int, overlap: str) -> float:
-        tier_w, hbm_w = one.accumulating(k), one_hbm.accumulating(k)
-        return (_tokens(price(tier_w, gpu, tier, cluster, overlap), tier_w, cluster)
-                / _tokens(_price_hbm(hbm_w, gpu, cluster), hbm_w, cluster))
-
+    one = _one_batch(w)
+    share = _share_at(w, w_hbm, gpu, tier, cluster)
     out = []
     for overlap, name in (("overlapped", "without DPU"), ("dpu", "with DPU")):
         k, best = _least_count(lambda k: share(k, overlap), target)
@@ -438,6 +435,30 @@ def _accumulation_needs(w: Workload, w_hbm: Workload, gpu: GpuInputs, tier: Host
                         f"({share(k, overlap) * 100:.3g}% of all-HBM at that count; whether the recipe converges "
                         "at it is not modelled)"))
     return out
+
+
+def _share_at(w: Workload, w_hbm: Workload, gpu: GpuInputs, tier: HostTier,
+              cluster: Cluster) -> Callable[[int, str], float]:
+    """share(k, overlap): the tier's tokens/s over all-HBM's with k batches per
+    optimizer step on both."""
+    one, one_hbm = _one_batch(w), _one_batch(w_hbm)
+
+    def share(k: int, overlap: str) -> float:
+        tier_w, hbm_w = one.accumulating(k), one_hbm.accumulating(k)
+        return (_tokens(price(tier_w, gpu, tier, cluster, overlap), tier_w, cluster)
+                / _tokens(_price_hbm(hbm_w, gpu, cluster), hbm_w, cluster))
+    return share
+
+
+#: the counts the page draws each tier's share at: 1, 2, 4 ... MAX_ACCUMULATE
+CURVE_COUNTS = tuple(2 ** i for i in range(MAX_ACCUMULATE.bit_length()))
+
+
+def _accumulation_curve(w: Workload, w_hbm: Workload, gpu: GpuInputs, tier: HostTier,
+                        cluster: Cluster) -> list[tuple[int, float, float]]:
+    """(batches per step, share without DPU, share with DPU) at each of CURVE_COUNTS."""
+    share = _share_at(w, w_hbm, gpu, tier, cluster)
+    return [(k, share(k, "overlapped"), share(k, "dpu")) for k in CURVE_COUNTS]
 
 
 def _one_batch(w: Workload) -> Workload:
@@ -575,6 +596,7 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
             row.share, row.dpu_share = row.tokens_per_s / hbm_tokens, row.dpu_tokens_per_s / hbm_tokens
             row.needs = _needs(w, gpu, tier, cluster, hbm_tokens, target) + \
                 _accumulation_needs(w, w_hbm, gpu, tier, cluster, target)
+            row.curve = _accumulation_curve(w, w_hbm, gpu, tier, cluster)
             rows.append(row)
     if len(rows) == 1:
         raise AdviceError(f"host {host.name!r} has no DDR, CXL or NVMe tier to place the optimizer state on")

@@ -44,6 +44,28 @@ def _share_chart(w: WhatIf, maker: build.ChartMaker):
                                "tokens/s relative to all-HBM (1 = the state in HBM)", bars)
 
 
+def _accumulation_chart(w: WhatIf, maker: build.ChartMaker):
+    """Each tier's share of all-HBM against batches per optimizer step (gradient
+    accumulation; all-HBM accumulating as many): the batch's lever beside the tier's.
+    Solid without DPU, dashed with it; the target as a dotted line, the count the page
+    was priced at as a mark."""
+    from cxlbench.report.plots import Chart, Series
+    series = []
+    for r in w.rows[1:]:
+        counts = [k for k, _, _ in r.curve]
+        series += [Series(f"{r.tier}, without DPU", counts, [p * 100 for _, p, _ in r.curve],
+                          color=maker.color(f"{r.tier}|")),
+                   Series(f"{r.tier}, with DPU", counts, [d * 100 for _, _, d in r.curve],
+                          color=maker.color(f"{r.tier}|"), style="--", marker="s")]
+    counts = [k for k, _, _ in w.rows[1].curve]
+    series.append(Series(f"target {w.target * 100:g}%", [counts[0], counts[-1]], [w.target * 100] * 2,
+                         color="#888888", style=":", marker=""))
+    return Chart(f"{w.model} on {w.cluster.gpus} × {w.gpu.label.split(' (')[0]}: share of all-HBM against "
+                 "batches per optimizer step (modelled)", "batches per GPU per optimizer step (gradient accumulation)",
+                 "% of all-HBM tokens/s", series, logx=True, y_from_zero=True,
+                 marks=[(w.micro_steps, f"priced at {w.micro_steps}")])
+
+
 def _published_rows() -> dict[str, Any]:
     from cxlbench.analysis.published import check_all, tally
     results, _ = check_all()
@@ -68,7 +90,8 @@ def whatif_context(w: WhatIf) -> dict[str, Any]:
                "source": f.source.text, "where": _bare(f.source.url)} for f in w.figures()]
     return {"css": _css(), "version": __version__, "w": {"headline": w.headline, "gpus": w.cluster.gpus},
             "title": f"{w.model} on {w.cluster.gpus} GPUs: what each tier leaves of all-HBM",
-            "svg": maker.svg(_share_chart(w, maker), wide=True), "rows": rows, "terms": [term_label(t) for t in TERMS],
+            "svg": maker.svg(_share_chart(w, maker), wide=True),
+            "accumulation_svg": maker.svg(_accumulation_chart(w, maker), wide=True), "rows": rows, "terms": [term_label(t) for t in TERMS],
             "combine": w.combine, "hbm_note": hbm_note, "held": held_text(w), "target": f"{w.target * 100:g}%",
             "inputs": inputs,
             "left_out": LEFT_OUT, "published": _published_rows()}
