@@ -150,3 +150,51 @@ def test_a_root_without_sysfs_is_refused_not_read_as_an_empty_machine(capsys, tm
             main(["--root", root, "topology"])
         out, err = capsys.readouterr()
         assert end.value.code == 2 and "holds no sys/ tree" in err and not out
+
+
+# ---- where the output goes ---------------------------------------------------------------
+
+def _cli_process(args: list[str], stdout, env_extra: dict | None = None):
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "cxlbench.cli.main", *args], stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=300, env=env)
+
+
+def test_a_reader_that_leaves_costs_neither_the_files_asked_for_nor_the_verdict(tmp_path):
+    """`cxlbench gate ... --json F | head -1`: once the pipe's reader has gone, what is
+    printed is dropped, but the gate still writes F and exits with its verdict (1 for a
+    regression), as it does with its output read to the end."""
+    import os
+    base, worse = _pair(tmp_path, worse=0.3)
+    read, write = os.pipe()
+    os.close(read)                                      # the reader is gone before a word is written
+    with os.fdopen(write, "w") as gone:
+        out = _cli_process(["gate", "--baseline", base, "--current", worse, "--json", str(tmp_path / "g.json")],
+                           gone)
+    assert out.returncode == 1 and out.stderr == ""
+    assert json.loads((tmp_path / "g.json").read_text())
+
+
+def test_a_terminal_without_unicode_gets_question_marks_not_a_traceback(tmp_path):
+    out = _cli_process(["advise", "--model", "8b", "--gpu", "h200", "--host", "h100-8gpu-cxl"], -1,
+                       {"PYTHONIOENCODING": "ascii", "LC_ALL": "C", "PYTHONUTF8": "0"})
+    assert out.returncode == 0 and out.stderr == "" and "8 ? h200" in out.stdout
+
+
+def test_a_gates_files_go_into_a_folder_it_makes(capsys, tmp_path):
+    base, worse = _pair(tmp_path, worse=0.3)
+    code, _, err = run_cli(capsys, "gate", "--baseline", base, "--current", worse,
+                           "--json", str(tmp_path / "new" / "deeper" / "g.json"))
+    assert code == 1 and err == "" and json.loads((tmp_path / "new" / "deeper" / "g.json").read_text())
+
+
+def test_calibrate_leaves_a_thresholds_file_that_exists_as_it_was(capsys, tmp_path):
+    base, same = _pair(tmp_path)
+    mine = tmp_path / "thresholds.toml"
+    mine.write_text('default = "7%"\n')
+    code, out, err = run_cli(capsys, "calibrate", base, same, "--write-thresholds", str(mine))
+    assert code == 2 and "the file exists" in err and len(err.strip().splitlines()) == 1
+    assert mine.read_text() == 'default = "7%"\n'

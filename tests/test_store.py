@@ -194,3 +194,37 @@ def test_a_histograms_file_that_is_not_one_is_refused_in_one_line(tmp_path):
     pd.DataFrame({"x": [1]}).to_parquet(w.path / "histograms.parquet")
     with pytest.raises(ResultsError, match="not a cxlbench histograms file"):
         load_histograms(w.path)
+
+
+# ---- how a file is written ---------------------------------------------------------------
+
+def test_a_new_file_gets_what_the_umask_leaves_and_a_replaced_one_keeps_its_mode(tmp_path):
+    import os
+    import stat
+    from cxlbench.results.store import atomic_write
+    old = os.umask(0o027)
+    try:
+        atomic_write(tmp_path / "new.html", b"a")
+        assert stat.S_IMODE(os.stat(tmp_path / "new.html").st_mode) == 0o640   # not mkstemp's 0600
+        os.chmod(tmp_path / "new.html", 0o604)
+        atomic_write(tmp_path / "new.html", b"b")
+        assert stat.S_IMODE(os.stat(tmp_path / "new.html").st_mode) == 0o604
+    finally:
+        os.umask(old)
+
+
+def test_a_link_is_written_through_and_a_fifo_in_place(tmp_path):
+    import os
+    import threading
+    from cxlbench.results.store import atomic_write
+    (tmp_path / "real").mkdir()
+    os.symlink("real/page.html", tmp_path / "link.html")
+    atomic_write(tmp_path / "link.html", b"through")
+    assert os.path.islink(tmp_path / "link.html") and (tmp_path / "real" / "page.html").read_bytes() == b"through"
+    os.mkfifo(tmp_path / "fifo")
+    got = []
+    reader = threading.Thread(target=lambda: got.append((tmp_path / "fifo").read_bytes()))
+    reader.start()
+    atomic_write(tmp_path / "fifo", b"streamed")
+    reader.join(10)
+    assert got == [b"streamed"] and not (tmp_path / "fifo").is_file()

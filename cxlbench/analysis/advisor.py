@@ -105,7 +105,7 @@ class GpuSpec:
 
 
 def load_gpus(path: str | Path = GPUS_FILE) -> dict[str, GpuSpec]:
-    data = tomllib.loads(Path(path).read_text())
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     return {name: GpuSpec(name=name, **entry) for name, entry in data.items()}
 
 

@@ -182,7 +182,7 @@ def _read_text(path: str) -> str | None:
     if location.is_url(path):
         data = location.read_bytes(path)
         return None if data is None else data.decode()
-    return Path(path).read_text() if Path(path).exists() else None
+    return Path(path).read_text(encoding="utf-8") if Path(path).exists() else None
 
 
 def read_markers(dirs: Iterable[str]) -> list[Marker]:
@@ -329,7 +329,7 @@ def accept(run_dir: str | Path, reason: str) -> Marker:
     if location.is_url(path):            # objects have no append: read, add, write back
         location.write_bytes(path, ((_read_text(path) or "") + line).encode())
     else:
-        with open(path, "a") as fh:
+        with open(path, "a", encoding="utf-8") as fh:
             fh.write(line)
     return marker
 

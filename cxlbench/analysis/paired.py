@@ -95,7 +95,7 @@ def load_session(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     p = p / AB_JSON if p.is_dir() else p
     try:
-        record = json.loads(p.read_text())
+        record = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ResultsError(f"{p}: not an A/B session record ({e})") from None
     if not _is_session(record):

@@ -172,7 +172,7 @@ def _input(table: str, name: str, raw: Any, case_id: str) -> Input:
 
 def read_case(path: Path) -> Case:
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise CaseError(f"{path}: {e}") from None
     case_id = path.stem
@@ -195,7 +195,7 @@ def load_cases(folder: str | Path = PUBLISHED) -> tuple[list[Case], list[Context
     """Every case file of the folder (checks) and every [[context]] entry."""
     cases, context = [], []
     for path in sorted(Path(folder).glob("*.toml")):
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
         if "context" in data:
             context += [Context(c["title"], c["source"], c.get("url", ""), c["figures"], c["why"])
                         for c in data["context"]]

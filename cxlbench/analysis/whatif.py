@@ -175,7 +175,7 @@ def load_host(name: str, path: str | Path = HOSTS_FILE) -> HostProfile:
         except tomlfile.TomlFileError as e:
             raise AdviceError(f"--host {e}") from None
         return _profile(Path(name).stem, entry)
-    profiles = tomllib.loads(Path(path).read_text())
+    profiles = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     if name not in profiles:
         raise AdviceError(f"unknown host profile {name!r}: the profiles are {', '.join(sorted(profiles))} "
                           f"(cxlbench/analysis/hosts.toml), or give a .toml file of that form")

@@ -180,10 +180,19 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
         raise UserError(f"nothing to judge in {judge}: {verdicts.why_none}")
     print(format_verdicts(verdicts))
     where = Path(judge)
-    (where if where.is_dir() else where.parent).joinpath("verdicts.json").write_text(
-        json.dumps([v.to_dict() for v in verdicts.verdicts], indent=1))
+    write_out((where if where.is_dir() else where.parent) / "verdicts.json",
+              json.dumps([v.to_dict() for v in verdicts.verdicts], indent=1))
     print(f"session: {where}")
     return 0
+
+
+def write_out(path: str | Path, text: str) -> None:
+    """A file a command was asked for (-o, --json, ...): its folder made, written whole
+    or not at all, through a link or into a device (/dev/stdout) as the path names."""
+    from cxlbench.results.store import atomic_write
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, text.encode("utf-8"))
 
 
 def _say(text: str, exit_code: int) -> None:
@@ -205,7 +214,7 @@ def gate(baseline: str, current: str, threshold: str | None = None, thresholds_f
     for path, text in ((markdown, result.markdown), (json_out, result.to_json),
                        (junit, result.junit_xml)):
         if path:
-            Path(path).write_text(text())
+            write_out(path, text())
     return result.exit_code
 
 
@@ -285,7 +294,7 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     _say(verdict_text(verdict) + left_line, verdict.exit_code)
     for path, render in ((json_out, verdict_json), (markdown, verdict_markdown), (junit, verdict_junit)):
         if path:
-            Path(path).write_text(render(verdict))
+            write_out(path, render(verdict))
     return verdict.exit_code
 
 
@@ -308,10 +317,13 @@ def calibrate(run_a: str, run_b: str, thresholds_out: str | None = None) -> int:
     from cxlbench.analysis import calibrate as run_calibrate
     if Path(run_a).resolve() == Path(run_b).resolve():
         raise UserError("calibrate needs two runs of the same suite (an A/A pair), not one run twice")
+    if thresholds_out and Path(thresholds_out).exists() and Path(thresholds_out).is_file():
+        raise UserError(f"--write-thresholds {thresholds_out}: the file exists, and a thresholds file may be "
+                        "tuned by hand: name a new file (and merge what you want to keep)")
     cal = run_calibrate(run_a, run_b)
     print(cal.format())
     if thresholds_out:
-        Path(thresholds_out).write_text(cal.thresholds_toml())
+        write_out(thresholds_out, cal.thresholds_toml())
         print(f"thresholds: {thresholds_out}")
     return 0
 

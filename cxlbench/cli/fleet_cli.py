@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from cxlbench.cli.argtypes import fraction, out_file, seconds, slurm_time, whole
-from cxlbench.cli.commands import UserError
+from cxlbench.cli.commands import UserError, write_out
 from cxlbench.version import __version__
 
 
@@ -250,7 +250,7 @@ def fleet_manifests(store: str, image: str, suite: str, configs: list[str], labe
     if problems:
         raise UserError("the manifests do not validate against the Kubernetes API schema: " + problems[0])
     if out:
-        Path(out).write_text(text)
+        write_out(out, text)
         print(f"wrote {out}: {len(specs)} Indexed Job(s), valid against the Kubernetes API schema")
     else:
         print(text, end="")

@@ -7,6 +7,7 @@ traceback. Measured work is already on disk when such an error is printed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from cxlbench.version import __version__
@@ -188,14 +189,60 @@ def _gate(a: argparse.Namespace) -> int:
                          a.ignore_identity, a.markdown, a.json, a.junit, a.root, a.normalize, a.exit_undecided)
 
 
+class _ReaderMayLeave:
+    """stdout for a command whose reader may go (`cxlbench gate ... | head -1`): what it
+    prints after that is dropped, and it goes on to write the files it was asked for
+    and to exit with its verdict, as it would have with the whole of its output read."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        self.gone = True
+        try:      # what is still buffered is flushed at exit: into nothing, not a closed pipe
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _any_encoding(*streams) -> None:
+    """A character the terminal's encoding lacks (·, ≥, × under LANG=C or
+    PYTHONIOENCODING=ascii) is printed as '?', not a traceback."""
+    for stream in streams:
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _any_encoding(sys.stdout, sys.stderr)
     args = parser().parse_args(argv)
+    stdout = sys.stdout
+    sys.stdout = _ReaderMayLeave(stdout)
     try:
         if getattr(args, "store_option", None):
             from cxlbench.results.location import configure
             configure(args.store_option)
         return int(args.func(args) or 0)
-    except BrokenPipeError:                 # `cxlbench compare ... | head`
+    except BrokenPipeError:                 # stdout is kept going above: this is some other pipe
         sys.stderr.close()
         return 0
     except _known_errors() as e:
@@ -208,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cxlbench: interrupted", file=sys.stderr)
         return 130
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

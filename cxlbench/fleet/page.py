@@ -17,7 +17,7 @@ from cxlbench.fleet.record import FleetRecord
 from cxlbench.fleet.scaling import ScalingRow, table as scaling_table
 from cxlbench.report import TEMPLATES, environment
 from cxlbench.report.plots import PALETTE, Chart, Series, render as svg
-from cxlbench.results.store import ResultsError, Run, find_runs, load_run
+from cxlbench.results.store import ResultsError, Run, atomic_write, find_runs, load_run
 from cxlbench.units import format_number as fmt_num
 
 
@@ -134,7 +134,7 @@ def html(rep: FleetReport, nav: list[tuple[str, str]] | None = None) -> str:
     """`nav`: the bar of links a published site puts above each page."""
     f = rep.figures
     return environment().get_template("fleet.html").render(
-        version=__version__, title=f"fleet · {rep.store}", css=(TEMPLATES / "style.css").read_text(),
+        version=__version__, title=f"fleet · {rep.store}", css=(TEMPLATES / "style.css").read_text(encoding="utf-8"),
         site_nav=nav or [],
         rep=rep, confs=list(f.machines), tiers=f.tiers, columns=f.columns, cell=f.cell,
         charts=_charts(rep), num=_num, change=fmt_change, ci=fmt_ci_change,
@@ -145,5 +145,5 @@ def render(rep: FleetReport, out: str | Path | None = None) -> Path:
     stamp = rep.record.fleet_id if rep.record else "store"
     path = Path(out) if out else Path("reports") / f"fleet-{stamp}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html(rep))
+    atomic_write(path, html(rep).encode("utf-8"))
     return path

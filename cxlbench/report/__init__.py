@@ -44,7 +44,7 @@ def environment() -> jinja2.Environment:
 
 
 def _css() -> str:
-    return (TEMPLATES / "style.css").read_text()
+    return (TEMPLATES / "style.css").read_text(encoding="utf-8")
 
 
 def run_context(run: Run) -> dict[str, Any]:

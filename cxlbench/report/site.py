@@ -458,7 +458,7 @@ def write(pages: list[Page], out: str | Path) -> tuple[list[str], list[str], lis
 
 def _manifest(out: Path) -> dict[str, Any]:
     try:
-        doc = json.loads((out / MANIFEST).read_text())
+        doc = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
         return {}
     return doc if isinstance(doc, dict) and isinstance(doc.get("pages"), dict) else {}

@@ -24,6 +24,7 @@ import io
 import json
 import os
 import re
+import stat
 import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -62,27 +63,57 @@ def new_run_id(label: str | None = None) -> str:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
+    """`data` as the whole of `path`, which a reader sees complete or not at all. Through
+    a symlink to what it names; to a device or a FIFO (-o /dev/stdout) in place, since
+    there is no file to replace."""
+    def write(target: str | Path) -> None:
+        with open(target, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            if os.path.isfile(target):
+                os.fsync(f.fileno())
+    _written(Path(path), write)
 
 
 def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    _written(path, lambda target: frame.to_parquet(target, index=False))
+
+
+def _written(path: Path, write) -> None:
+    """write(target) to a temporary file beside `path`, renamed over it when whole, with
+    the mode the replaced file had (a new one: what the umask leaves of 0666, as open()
+    gives; mkstemp's 0600 would hide a published page from the server that serves it)."""
+    try:
+        st = os.stat(path)                     # follows a link
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        write(path)
+        return
+    path = Path(os.path.realpath(path))
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        frame.to_parquet(tmp, index=False)
+        write(tmp)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _json_default(obj: Any):
