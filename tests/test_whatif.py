@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from cxlbench.analysis.advisor import AdviceError, _gpu_entry, _gpu_from_datasheet
-from cxlbench.analysis.whatif import MAX_ACCUMULATE, PER_CORE_ADAMW, _counts, _least_count, load_host, price, whatif, _workload
+from cxlbench.analysis.whatif import (CURVE_TOP, PER_CORE_ADAMW, load_host, price, reach, whatif,
+                                      _workload)
 from cxlbench.cli.main import main
 from cxlbench.training.stepmodel import Cluster, Rates, per_gpu, predict
 
@@ -76,7 +77,7 @@ def test_an_accumulation_need_is_the_least_count_of_batches_that_reaches_the_tar
     found = [(row, n) for row in w.rows[1:] for n in row.needs if n.input == "accumulate" and n.factor]
     assert {(row.kind, n.overlap) for row, n in found} >= {("ddr", "overlapped"), ("ddr", "dpu"), ("nvme", "dpu")}
     for row, need in found:
-        assert need.factor > 1 and f"≥ {need.factor:,} batches a step" in need.text
+        assert need.factor > 1 and f"instead, accumulate ≥ {need.factor:,} batches a step" in need.text
         assert _share_at(w, gpu, host, row, need.overlap, need.factor) >= w.target
         assert _share_at(w, gpu, host, row, need.overlap, need.factor - 1) < w.target
 
@@ -96,14 +97,46 @@ def test_a_tier_no_accumulation_brings_to_the_target_says_the_most_it_reaches_an
         assert _share_at(w, gpu, host, cxl, "dpu", k) <= _share_at(w, gpu, host, cxl, "dpu", count)
 
 
-@pytest.mark.parametrize("micro_steps", [1, 4])
+def test_a_count_given_that_already_reaches_the_target_is_said_so_and_one_past_the_peak_is_not():
+    """At --accumulate 8, DDR with DPU reaches 90% (from 4 batches on); at a target of
+    83.5% and 1,000 batches, CXL with DPU has fallen back under it: the line gives the
+    counts that reach it, not the count given."""
+    gpu, host = _h100(), load_host("h100-8gpu-cxl")
+    w = whatif(gpu, host, "70b", Cluster(8, 1), micro_steps=8)
+    ddr = next(r for r in w.rows if r.kind == "ddr")
+    need = next(n for n in ddr.needs if n.input == "accumulate" and n.overlap == "dpu")
+    assert need.text.startswith("with DPU: reached with the 8 batches a step given") and "from 4 batches" in need.text
+    assert _share_at(w, gpu, host, ddr, "dpu", 8) >= 0.9 > _share_at(w, gpu, host, ddr, "dpu", 3)
+    w = whatif(gpu, host, "70b", Cluster(8, 1), micro_steps=1000, target=0.835)
+    cxl = next(r for r in w.rows if r.kind == "cxl")
+    need = next(n for n in cxl.needs if n.input == "accumulate" and n.overlap == "dpu")
+    first, last = (int(x) for x in re.search(r"accumulate (\d+) to (\d+) batches", need.text).groups())
+    share = lambda k: _share_at(w, gpu, host, cxl, "dpu", k)         # noqa: E731
+    assert share(first - 1) < 0.835 <= share(first) and share(last) >= 0.835 > share(last + 1) > share(1000)
+
+
+def test_a_target_only_counts_past_a_million_would_reach_says_the_update_holds_it():
+    gpu, host = _h100(), load_host("h100-8gpu-cxl")
+    slow = replace(host.tiers["nvme"], nvme_read=replace(host.tiers["nvme"].nvme_read, value=0.002),
+                   nvme_write=replace(host.tiers["nvme"].nvme_write, value=0.001))
+    w = whatif(gpu, replace(host, tiers={**host.tiers, "nvme": slow}), "70b", Cluster(8, 1))
+    nvme = next(r for r in w.rows if r.kind == "nvme")
+    need = next(n for n in nvme.needs if n.input == "accumulate" and n.overlap == "overlapped")
+    assert need.factor is None and "no accumulation up to 1,000,000 batches a step reaches 90%" in need.text
+    assert "the update, paid once a step, holds it" in need.text
+
+
+@pytest.mark.parametrize("micro_steps", [1, 3, 4, 10_000])
 def test_the_accumulation_curve_passes_through_the_tables_shares_at_the_count_priced(micro_steps):
     w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1), micro_steps=micro_steps)
     for row in w.rows[1:]:
         (at,) = [(p, d) for k, p, d in row.curve if k == micro_steps]
         assert at == pytest.approx((row.share, row.dpu_share), rel=1e-9)
         counts = [k for k, _, _ in row.curve]
-        assert counts[0] == 1 and counts[-1] == MAX_ACCUMULATE and counts == sorted(counts)
+        assert counts[0] == 1 and counts[-1] == max(CURVE_TOP, micro_steps) and counts == sorted(set(counts))
+        for need in row.needs:                  # each count a line names is drawn: the crossing is where it says
+            if need.input == "accumulate" and need.factor:
+                assert need.factor in counts
 
 
 def test_the_page_draws_each_tier_and_composition_against_the_batches_with_the_target():
@@ -118,12 +151,18 @@ def test_the_page_draws_each_tier_and_composition_against_the_batches_with_the_t
     assert lines["target 90%"].y == [90.0, 90.0] and chart.marks == [(2, "priced at 2")] and chart.logx
 
 
-def test_the_count_search_finds_the_least_reaching_count_of_a_share_that_rises_then_falls():
-    share = lambda k: 0.9 - abs(math.log(k / 300)) / 10           # peaks at 300, reaches 0.85 over ~182..494
-    k, best = _least_count(share, 0.85)
-    assert share(k) >= 0.85 > share(k - 1)
-    none, best = _least_count(share, 0.95)
-    assert none is None and share(best) == max(share(c) for c in _counts())
+def test_the_count_search_finds_where_a_share_that_rises_then_falls_meets_the_target():
+    share = lambda k: 0.9 - abs(math.log(k / 300)) / 10           # noqa: E731  peaks at 300
+    reaching = [k for k in range(1, 10_000) if share(k) >= 0.85]  # by brute force
+    r = reach(share, 0.85)
+    assert (r.least, r.until) == (reaching[0], reaching[-1])
+    rising = reach(lambda k: 1 - 1 / k, 0.5)
+    assert (rising.least, rising.until) == (2, None)
+    none = reach(share, 0.95)
+    assert none.least is None and not none.past
+    assert share(none.best) >= max(share(k) for k in range(1, 10_000)) - 0.0025   # the walk is 5% apart there
+    assert reach(lambda k: 0.8 - 1 / k, 0.9).past is False                          # approaches 80%
+    assert reach(lambda k: 1 - 1e7 / k, 0.9).past is True                        # only past 10^8 batches
 
 
 def test_an_unreachable_target_names_what_holds_the_step():
@@ -175,7 +214,8 @@ def test_the_seed_question_prints_four_tiers_both_compositions_and_what_must_be_
     assert "of all-HBM" in out and "with DPU" in out
     assert len(re.findall(r"^  (ddr|cxl|nvme): (without|with) DPU: (no AdamW|no NVMe|CPU AdamW|NVMe ≥)", out,
                           re.M)) == 6
-    assert len(re.findall(r"^  (ddr|cxl|nvme): (without|with) DPU: (or accumulate|no accumulation)", out, re.M)) == 6
+    assert len(re.findall(r"^  (ddr|cxl|nvme): (without|with) DPU: (instead, accumulate|no accumulation|reached with)",
+                          out, re.M)) == 6
     assert "not modelled:" in out and "datasheet" in out and "assumed" in out
     html = out_html.read_text()
     urls = set(re.findall(r"https?://[^\s\"'<>)]+", html))

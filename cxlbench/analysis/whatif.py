@@ -201,7 +201,8 @@ class Need:
     """What one input of a tier must be for the tier to reach the target share."""
     overlap: str                      # overlapped (without DPU) / dpu
     input: str                        # "adamw", "nvme" or "accumulate": the input varied
-    factor: float | None              # × the given figure; None: no value reaches the target
+    factor: float | None              # × the given figure (accumulate: the least count); None: no
+                                      # value reaches the target
     text: str
 
     def __str__(self) -> str:
@@ -399,9 +400,10 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
     return out
 
 
-#: the most batches per optimizer step the accumulation lines search: past this the
-#: share has long stopped moving, and no training recipe accumulates more
-MAX_ACCUMULATE = 4096
+#: the most batches per optimizer step the accumulation lines search (what --accumulate takes)
+MAX_ACCUMULATE = 10**6
+#: the page's accumulation chart runs from one batch a step to this (or the count priced)
+CURVE_TOP = 4096
 
 
 def _price_hbm(w: Workload, gpu: GpuInputs, cluster: Cluster) -> Prediction:
@@ -409,31 +411,53 @@ def _price_hbm(w: Workload, gpu: GpuInputs, cluster: Cluster) -> Prediction:
                             collective_Bps=cluster.collective_Bps), "none")
 
 
+@dataclass(frozen=True)
+class Reach:
+    """Where a tier's share of all-HBM, against batches per optimizer step, meets the target."""
+    least: int | None                 # the least count that reaches it; None: none to MAX_ACCUMULATE
+    until: int | None = None          # the last count that does, where it falls back under before the end
+    best: int = 1                     # where none does: the count with the highest share
+    past: bool = False                # ... though counts past MAX_ACCUMULATE would reach it
+
+
+def _batches(k: int) -> str:
+    return f"{k:,} batch{'' if k == 1 else 'es'}"
+
+
 def _accumulation_needs(w: Workload, w_hbm: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster,
                         target: float) -> list[Need]:
     """The other lever than a faster tier: more batches per optimizer step (gradient
     accumulation), which pays the update and its copies back once for all of them. The
-    least count at which the tier reaches `target` of all-HBM at the same count (the
-    share is taken like for like: all-HBM accumulates too), per composition. A count is
-    a global batch, and whether the recipe converges at it is not the model's to say."""
-    one = _one_batch(w)
+    counts at which the tier reaches `target` of all-HBM at the same count (the share is
+    taken like for like: all-HBM accumulates too), per composition. A count is a global
+    batch, and whether the recipe converges at it is not the model's to say."""
+    per_batch = _one_batch(w).tokens_per_step * cluster.gpus
     share = _share_at(w, w_hbm, gpu, tier, cluster)
     out = []
     for overlap, name in (("overlapped", "without DPU"), ("dpu", "with DPU")):
-        k, best = _least_count(lambda k: share(k, overlap), target)
-        if k is None:
-            out.append(Need(overlap, "accumulate", None,
-                            f"{name}: no accumulation reaches {target * 100:g}%: at most "
-                            f"{share(best, overlap) * 100:.3g}% of all-HBM, at {best:,} batches a step"
-                            + (" (the most searched)" if best == MAX_ACCUMULATE else "")
-                            + ": what each batch pays on this tier holds it, not the update"))
-            continue
-        given = f" (the {w.micro_steps:,} given reach it)" if k <= w.micro_steps else ""
-        out.append(Need(overlap, "accumulate", k,
-                        f"{name}: or accumulate ≥ {k:,} batches a step{given}: a global batch of "
-                        f"{format_count(k * one.tokens_per_step * cluster.gpus)} tokens "
-                        f"({share(k, overlap) * 100:.3g}% of all-HBM at that count; whether the recipe converges "
-                        "at it is not modelled)"))
+        def pct(k: int, where: str = "") -> str:
+            x = share(k, overlap)
+            over = "; over 100%: all-HBM steps its update in series, which DPU hides" if x > 1 else ""
+            return f"{x * 100:.3g}% of all-HBM{where}{over}"
+
+        r = reach(lambda k: share(k, overlap), target)
+        if r.least is None:
+            text = (f"no accumulation up to {MAX_ACCUMULATE:,} batches a step reaches {target * 100:g}% "
+                    f"({pct(MAX_ACCUMULATE, ' there')}), only more: the update, paid once a step, holds it"
+                    if r.past else
+                    f"no accumulation reaches {target * 100:g}%: "
+                    + (f"it approaches {pct(r.best)} however many batches a step" if r.best == MAX_ACCUMULATE else
+                       f"at most {pct(r.best)}, at {_batches(r.best)} a step, less after")
+                    + ": what each batch pays on this tier holds it, not the update")
+        elif share(w.micro_steps, overlap) >= target:
+            text = f"reached with the {_batches(w.micro_steps)} a step given ({pct(w.micro_steps)})" + (
+                f"; from {_batches(r.least)} a step on" if r.least < w.micro_steps else "")
+        else:
+            counts = (f"{r.least:,} to {r.until:,} batches a step (more pull it back under: each batch costs "
+                      f"more on this tier than on HBM)" if r.until else f"≥ {_batches(r.least)} a step")
+            text = (f"instead, accumulate {counts}: a global batch of {format_count(r.least * per_batch)} tokens "
+                    f"({pct(r.least, ' at that count')}; whether the recipe converges at it is not modelled)")
+        out.append(Need(overlap, "accumulate", r.least, f"{name}: {text}"))
     return out
 
 
@@ -450,15 +474,16 @@ def _share_at(w: Workload, w_hbm: Workload, gpu: GpuInputs, tier: HostTier,
     return share
 
 
-#: the counts the page draws each tier's share at: 1, 2, 4 ... MAX_ACCUMULATE
-CURVE_COUNTS = tuple(2 ** i for i in range(MAX_ACCUMULATE.bit_length()))
-
-
-def _accumulation_curve(w: Workload, w_hbm: Workload, gpu: GpuInputs, tier: HostTier,
-                        cluster: Cluster) -> list[tuple[int, float, float]]:
-    """(batches per step, share without DPU, share with DPU) at each of CURVE_COUNTS."""
+def _accumulation_curve(w: Workload, w_hbm: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster,
+                        needs: list[Need]) -> list[tuple[int, float, float]]:
+    """(batches per step, share without DPU, share with DPU) at 1, 2, 4 ... CURVE_TOP, the
+    count priced, and each count the needs name within that range (so the lines cross
+    the target where the text says)."""
+    top = max(CURVE_TOP, w.micro_steps)
+    named = {n.factor for n in needs if n.input == "accumulate" and n.factor and n.factor <= top}
+    counts = sorted({2 ** i for i in range(top.bit_length())} | {w.micro_steps, top} | named)
     share = _share_at(w, w_hbm, gpu, tier, cluster)
-    return [(k, share(k, "overlapped"), share(k, "dpu")) for k in CURVE_COUNTS]
+    return [(k, share(k, "overlapped"), share(k, "dpu")) for k in counts]
 
 
 def _one_batch(w: Workload) -> Workload:
@@ -474,26 +499,42 @@ def _counts() -> list[int]:
     return counts
 
 
-def _least_count(share: Callable[[int], float], target: float) -> tuple[int | None, int]:
-    """(the least count in 1..MAX_ACCUMULATE whose share reaches `target`, or None; the
-    count with the highest share seen). The share rises while the once-a-step costs
-    shrink against the batches, and can then fall a little where each batch costs more
-    on the tier than on HBM: so the search walks up from one batch (one by one, then 5%
-    apart) and bisects only between the last count short of the target and the first
-    that reaches it."""
-    best, best_share, below = 1, -math.inf, 0
-    for k in _counts():
-        s = share(k)
-        if s >= target:
-            lo, hi = below, k
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if share(mid) >= target else (mid, hi)
-            return hi, hi
+def _boundary(reaches: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The count in (lo, hi] where `reaches` turns, given it differs at lo and hi: the
+    first that reaches when rising (reaches(hi)), the first that does not when falling."""
+    turned = reaches(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(mid) == turned else (mid, hi)
+    return hi
+
+
+def reach(share: Callable[[int], float], target: float) -> Reach:
+    """Where share(k) meets the target over 1..MAX_ACCUMULATE. The share rises while the
+    once-a-step costs shrink against the batches, and can then fall where each batch
+    costs more on the tier than on HBM: so the search walks up from one batch (one by
+    one, then 5% apart), bisects between the last count short of the target and the
+    first that reaches it, and where the share at MAX_ACCUMULATE is under the target
+    again, finds where it falls back the same way."""
+    reaches = lambda k: share(k) >= target          # noqa: E731
+    counts = _counts()
+    best, below = 1, 0
+    for i, k in enumerate(counts):
+        if reaches(k):
+            least = _boundary(reaches, below, k)
+            if reaches(MAX_ACCUMULATE):
+                return Reach(least)
+            after = next(j for j in counts[i:] if not reaches(j))
+            return Reach(least, until=_boundary(reaches, counts[counts.index(after) - 1], after) - 1)
         below = k
-        if s > best_share:
-            best, best_share = k, s
-    return None, best
+        if share(k) > share(best):
+            best = k
+    return Reach(None, best=best, past=reaches(LIMIT_COUNT))
+
+
+#: a count past any recipe's, where the once-a-step costs are nothing against the
+#: batches: the share there is the one more batches approach
+LIMIT_COUNT = 10**12
 
 
 def _tier_bound(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, overlap: str, goal: float,
@@ -596,7 +637,7 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
             row.share, row.dpu_share = row.tokens_per_s / hbm_tokens, row.dpu_tokens_per_s / hbm_tokens
             row.needs = _needs(w, gpu, tier, cluster, hbm_tokens, target) + \
                 _accumulation_needs(w, w_hbm, gpu, tier, cluster, target)
-            row.curve = _accumulation_curve(w, w_hbm, gpu, tier, cluster)
+            row.curve = _accumulation_curve(w, w_hbm, gpu, tier, cluster, row.needs)
             rows.append(row)
     if len(rows) == 1:
         raise AdviceError(f"host {host.name!r} has no DDR, CXL or NVMe tier to place the optimizer state on")

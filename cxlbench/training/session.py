@@ -22,7 +22,7 @@ from cxlbench.training.engine import (Fsdp2Engine, NoOffloadEngine, OffloadEngin
 from cxlbench.training.model import loss_fn
 from cxlbench.training.optimizer import probe as adamw_probe
 from cxlbench.training.placement import Placement, page_nodes, verify
-from cxlbench.training.stepmodel import Prediction, Rates, Verdict, Workload, compare, predict
+from cxlbench.training.stepmodel import Prediction, Rates, Verdict, compare, predict, step_workload
 
 #: a run "learns" when its last steps' loss is this fraction below its first step's
 LOSS_FALL = 0.05
@@ -229,20 +229,6 @@ def run(spec: RunSpec, nodes_of=page_nodes) -> RunResult:
     return RunResult(spec, numel, workload.tokens_per_step, workload.flops_per_token,
                      warmup, steps, rates, peak, prediction, verdict, before, after, memory,
                      impl, compute, o_direct, notes, dpu)
-
-
-def step_workload(numel: int, cfg: ModelConfig, train: TrainConfig, engine: str, cuda: bool,
-                  optimizer_nvme: bool = False, params_nvme: bool = False) -> Workload:
-    """What one step of an engine moves, as the step model reads it."""
-    # bf16 crosses PCIe in our engine; FSDP2 moves fp32 shards (reduce_dtype fp32, then
-    # casts on the GPU); a CPU run copies fp32
-    copied = 2 if cuda and engine == "offload" else 4
-    return Workload(
-        n_params=numel, n_params_nonembed=numel - cfg.vocab_size * cfg.dim,
-        n_layers=cfg.n_layers, dim=cfg.dim, seq_len=train.seq_len,
-        tokens_per_step=train.batch * train.seq_len, grad_bytes=copied, param_bytes=copied,
-        nvme_bytes=(12 if params_nvme else 8) if optimizer_nvme else 0,
-        offload=engine != "none", chunks=max(1, -(-numel // max(1, train.chunk_params))))
 
 
 def overlap_of(engine: str, cuda: bool, dpu: bool) -> str:

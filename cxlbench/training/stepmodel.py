@@ -271,6 +271,20 @@ class Prediction:
                 **{f"{k}_s": v for k, v in self.terms.items()}}
 
 
+def step_workload(numel: int, cfg: "ModelConfig", train: "TrainConfig", engine: str, cuda: bool,
+                  optimizer_nvme: bool = False, params_nvme: bool = False) -> Workload:
+    """What one step of an engine moves, as the step model reads it."""
+    # bf16 crosses PCIe in our engine; FSDP2 moves fp32 shards (reduce_dtype fp32, then
+    # casts on the GPU); a CPU run copies fp32
+    copied = 2 if cuda and engine == "offload" else 4
+    return Workload(
+        n_params=numel, n_params_nonembed=numel - cfg.vocab_size * cfg.dim,
+        n_layers=cfg.n_layers, dim=cfg.dim, seq_len=train.seq_len,
+        tokens_per_step=train.batch * train.seq_len, grad_bytes=copied, param_bytes=copied,
+        nvme_bytes=(12 if params_nvme else 8) if optimizer_nvme else 0,
+        offload=engine != "none", chunks=max(1, -(-numel // max(1, train.chunk_params))))
+
+
 #: Every composition predict() knows, as the engines run them (see the module docstring)
 OVERLAPS = ("serial", "overlapped", "none", "dpu", "dpu-shared", "streamed")
 
