@@ -234,3 +234,14 @@ def test_a_session_whose_two_arms_name_one_run_is_refused_not_called_same(tmp_pa
     from cxlbench.results.store import ResultsError
     with pytest.raises(ResultsError, match="name the same run"):
         judge_session(where)
+
+
+@pytest.mark.parametrize("configs, extra, words", [
+    ('[[config]]\nname = "a"\nset = { repetitions = 0 }\n\n[[config]]\nname = "b"\n', "",
+     "set.repetitions is the session's to choose"),
+    (TWO, "max_rounds = 3", "max_rounds = 3 is below the 4 rounds every pair runs first"),
+])
+def test_a_setting_the_session_would_override_is_refused_not_dropped(tmp_path, configs, extra, words):
+    from cxlbench.runner.suite import SuiteError
+    with pytest.raises(SuiteError, match=words):
+        load_session(ab_file(tmp_path, configs, extra=extra))

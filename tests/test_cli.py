@@ -198,3 +198,18 @@ def test_calibrate_leaves_a_thresholds_file_that_exists_as_it_was(capsys, tmp_pa
     code, out, err = run_cli(capsys, "calibrate", base, same, "--write-thresholds", str(mine))
     assert code == 2 and "the file exists" in err and len(err.strip().splitlines()) == 1
     assert mine.read_text() == 'default = "7%"\n'
+
+
+@pytest.mark.parametrize("args, words", [
+    (["gate", "--history", "{r}", "--thresholds", "t.toml"], "--thresholds applies to gate --baseline, not --history"),
+    (["gate", "--history", "{r}", "--allow-missing"], "--allow-missing applies to gate --baseline"),
+    (["gate", "--baseline", "{base}", "--current", "{cur}", "--window", "12"],
+     "--window applies to gate --history, not --baseline"),
+    (["history", "{r}", "--reason", "new firmware"], "--reason goes with --accept RUN"),
+    (["history", "{r}", "--normalize", "sentinel"], "has drift sentinels to normalise by"),
+    (["report", "{base}", "--store-option", "endpoint_url=http://x:9000"], "names none: it would be ignored"),
+])
+def test_an_option_the_command_would_ignore_is_one_line_and_exit_2(capsys, tmp_path, args, words):
+    base, cur = _pair(tmp_path)
+    code, out, err = run_cli(capsys, *(a.format(r=tmp_path / "r", base=base, cur=cur) for a in args))
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err

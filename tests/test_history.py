@@ -502,3 +502,24 @@ def test_a_run_faster_than_its_history_is_called_faster_and_passes(tmp_path):
 def test_an_inconclusive_history_still_gives_every_point_its_note_field(tmp_path):
     v = _judge(_runs(tmp_path, 9, slow_from=8, factor=1.5), 8)
     assert v.status == SHORT and (v.rows["note"] == "").all()
+
+
+@pytest.mark.parametrize("spoil", ["partial", "damaged"])
+def test_gate_against_history_refuses_when_the_newest_run_is_not_complete(tmp_path, capsys, spoil):
+    """Without --current the gate judges the newest run: where that one is partial (a
+    run cut short) or damaged, judging the complete run before it would pass a CI job
+    on older figures."""
+    import shutil
+    paths = _runs(tmp_path, 12)
+    newest = paths[-1].parent / "29991231T000000Z-cut-0000"
+    shutil.copytree(paths[-1], newest)
+    meta = json.loads((newest / "run.json").read_text())
+    if spoil == "partial":
+        (newest / "run.json").write_text(json.dumps({**meta, "status": "partial", "run_id": newest.name}))
+    else:
+        (newest / "run.json").write_text("{damaged")
+    rc = main(["gate", "--history", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the newest run cannot be judged" in err and str(newest) in err
+    assert "--current" in err and len(err.strip().splitlines()) == 1
+    assert main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[-1])]) == 0

@@ -283,6 +283,8 @@ def history_reference(runs: list[Run]) -> dict[str, float]:
 
 def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = (),
           normalize: str | None = None) -> History:
+    if normalize:
+        runs, left_out = _with_sentinels(runs, key, list(left_out))
     reference = history_reference(runs) if normalize else {}
     table = pd.DataFrame([{"run_id": r.run_id, "started": _started(r.meta), "run_label": r.meta.get("label"),
                            **{k: get(r.meta) for k, get in ENVIRONMENT.items()}} for r in runs],
@@ -300,6 +302,16 @@ def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = (),
                if m.run_id in paths and m.suite in ("", key[1])]
     return History(key[0], key[1], key[2], table, rows, markers, environment_changes(table),
                    list(left_out), paths, normalize, reference)
+
+
+def _with_sentinels(runs: list[Run], key: tuple[str, str, str], left_out: list[str]) -> tuple[list[Run], list[str]]:
+    """The runs that recorded drift sentinels, to be judged relative to them; the others
+    left out and named (mixed with raw figures they would compare unlike with like)."""
+    kept = [r for r in runs if not drift.trace(r.samples, r.meta).empty]
+    if not kept:
+        raise HistoryError(f"none of the {len(runs)} runs of {key[0]}/{key[1]} has drift sentinels to normalise by "
+                           "(made before them, or with sentinels = false): drop --normalize")
+    return kept, left_out + [f"{r.path}: no drift sentinels to normalise by" for r in runs if r not in kept]
 
 
 def history(paths: str | Path | Iterable[str | Path], machine: str | None = None,

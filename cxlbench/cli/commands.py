@@ -3,7 +3,9 @@ argument parser calls them, and so do the tests."""
 from __future__ import annotations
 
 import json
+import re
 import sys
+from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
@@ -225,6 +227,8 @@ def history(paths: list[str], machine: str | None = None, suite: str | None = No
     from cxlbench.analysis import history as hist
     from cxlbench.cli.history_view import history_text
     from cxlbench.units import parse_fraction
+    if reason and not accept:
+        raise UserError("--reason goes with --accept RUN (the reason a change is accepted)")
     if accept:
         runs, _ = hist.read_runs(paths or ["results"])
         _, mine = hist.choose(runs, machine, suite)
@@ -282,8 +286,14 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     if not runs:
         raise UserError("no complete runs under " + ", ".join(paths))
     cur = _resolve(runs, current or "latest", ", ".join(paths))
+    if (current or "latest") == "latest":
+        _newest_is_complete(paths, cur, left)
     key, chosen = hist.choose(runs, like=cur)
     h = hist.build(chosen, key, left, _probes(normalize))
+    if normalize:
+        from cxlbench.analysis import drift
+        if drift.trace(cur.samples, cur.meta).empty:
+            raise UserError(f"{cur.run_id} has no drift sentinels to normalise by: judge it without --normalize")
     later = h.runs["run_id"].tolist()[h.runs["run_id"].tolist().index(cur.run_id) + 1:] \
         if cur.run_id in h.paths else []
     refs = later if confirm == ["later"] else (confirm or [])
@@ -296,6 +306,30 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
         if path:
             write_out(path, render(verdict))
     return verdict.exit_code
+
+
+def _newest_is_complete(paths: list[str], latest, left: list[str]) -> None:
+    """`gate --history` judges the newest run unless told which: where the newest is
+    partial or damaged, judging the complete one before it would pass a CI job on an
+    older run's figures, so it is refused in one line."""
+    from cxlbench.results import location
+    from cxlbench.results.store import find_runs
+    newest = max((Path(d) for p in paths for d in find_runs(p) if not location.is_url(d)),
+                 key=_made, default=None)
+    if newest is None or newest.resolve() == Path(latest.path).resolve() or _made(newest) <= _made(Path(latest.path)):
+        return
+    why = next((line for line in left if line.startswith(str(newest))), f"{newest}: not a complete run")
+    raise UserError(f"the newest run cannot be judged ({why}); the newest complete one is {latest.run_id}: "
+                    "name the run to judge with --current")
+
+
+def _made(run_dir: Path) -> str:
+    """When a run was made, from its folder: the run id's UTC time where it starts
+    with one (what the runner names it), else the folder's modification time."""
+    stamp = re.match(r"\d{8}T\d{6}Z", run_dir.name)
+    if stamp:
+        return stamp.group(0)
+    return datetime.fromtimestamp(run_dir.stat().st_mtime, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _rerunner(current: str, root: str):

@@ -177,7 +177,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+#: gate options that one way of gating uses and the other would ignore
+_GATE_ONLY = {"history": {"window": "--window", "spacing": "--spacing"},
+              "baseline": {"thresholds": "--thresholds", "allow_missing": "--allow-missing",
+                           "ignore_identity": "--ignore-identity", "exit_undecided": "--exit-undecided"}}
+
+
 def _gate(a: argparse.Namespace) -> int:
+    mode, other = ("history", "baseline") if a.history else ("baseline", "history")
+    given = [flag for name, flag in _GATE_ONLY[other].items() if getattr(a, name) not in (None, False, [])]
+    if given:
+        raise commands.UserError(f"{given[0]} applies to gate --{other}, not --{mode}")
     if a.history:
         return commands.gate_history(a.history, a.current, a.confirm, a.threshold, a.window, a.spacing, a.json,
                                      a.normalize, a.markdown, a.junit)
@@ -239,7 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout = _ReaderMayLeave(stdout)
     try:
         if getattr(args, "store_option", None):
-            from cxlbench.results.location import configure
+            from cxlbench.results.location import configure, is_url
+            named = [v for key, value in vars(args).items() if key != "store_option"
+                     for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
+            if not any(is_url(v) for v in named):
+                raise UserError("--store-option configures a store named by URL (s3://...), and this command "
+                                "names none: it would be ignored")
             configure(args.store_option)
         return int(args.func(args) or 0)
     except BrokenPipeError:                 # stdout is kept going above: this is some other pipe

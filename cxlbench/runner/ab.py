@@ -142,6 +142,13 @@ def load_session(path: str | Path) -> Session:
                              f"{'number' if key == 'budget_s' else 'whole number'}")
     if rounds is not None and (not isinstance(rounds, int) or rounds < 2):
         raise SuiteError(f"{p}: rounds = {rounds!r}: at least 2 (each round gives one paired ratio)")
+    if "max_rounds" in data and data["max_rounds"] < (rounds or 2):
+        raise SuiteError(f"{p}: max_rounds = {data['max_rounds']} is below "
+                         + (f"the {rounds} rounds every pair runs first" if rounds else "the 2 a pair needs"))
+    for c in out:
+        if "repetitions" in c.set:
+            raise SuiteError(f"{p}: configuration {c.name!r}: set.repetitions is the session's to choose (rounds × "
+                             "repetitions, one process a round): give repetitions at the top of the file")
     try:
         precision = parse_fraction(data["precision"], f"{p}: precision") if "precision" in data else 0.0
         parse_fraction(data.get("threshold", "10%"), f"{p}: threshold")   # judged after measuring: check now
