@@ -233,6 +233,25 @@ def test_a_profile_file_of_ones_own_is_read_like_an_entry(tmp_path, capsys):
     assert "measured   CPU AdamW, optimizer state on DDR: 4 G params/s" in out
 
 
+def test_a_profile_file_in_hosts_tomls_own_form_is_read_as_its_one_entry(tmp_path, capsys):
+    mine = tmp_path / "lab.toml"
+    mine.write_text('[lab-1]\ngpus = 4\ncores = 64\n[lab-1.ddr]\nbandwidth_GBps = 300\n')
+    code, out, _ = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h200", "--host", str(mine))
+    assert code == 0 and "4 × h200, host lab-1" in out
+
+
+@pytest.mark.parametrize("text, words", [
+    ('gpus = 4\ncores = 64\nadamw_params_per_sec = 4e9\n[ddr]\nbandwidth_GBps = 300\n', "adamw_params_per_sec is no key"),
+    ('gpus = 4\ncores = 64\n[ddr]\nbandwidth_GBps = 300\nadamw_params_per_sec = 4e9\n',
+     "[ddr] adamw_params_per_sec is no key"),
+])
+def test_a_misspelt_profile_key_is_refused_not_left_to_the_model(tmp_path, capsys, text, words):
+    mine = tmp_path / "lab.toml"
+    mine.write_text(text)
+    code, _, err = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h200", "--host", str(mine))
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args, says", [
     (["--model", "70b", "--gpu", "h100-sxm", "--gpus", "8"], "give --host PROFILE"),
     (["--model", "70b", "--gpu", "h100-sxm", "--host", "dgx-z"], "unknown host profile 'dgx-z'"),

@@ -123,11 +123,30 @@ def _table(entry: dict, kind: str) -> dict:
     return t
 
 
+#: the keys a profile's tables take (hosts.toml's header says what each is): a misspelt
+#: one would otherwise leave its figure to the model without a word
+PROFILE_KEYS = {"title", "gpus", "cores", "cores_source", "network_GBps", "network_source", "network_url",
+                "ddr", "cxl", "nvme"}
+TIER_KEYS = {"bandwidth_GBps", "adamw_params_per_s", "adamw_provenance", "adamw_source", "source", "url",
+             "provenance"}
+NVME_KEYS = {"read_GBps", "write_GBps", "source", "url", "provenance"}
+
+
+def _known_keys(entry: dict) -> None:
+    for where, table, known in [("", entry, PROFILE_KEYS),
+                                *((f"[{k}] ", entry[k], NVME_KEYS if k == "nvme" else TIER_KEYS)
+                                  for k in ("ddr", "cxl", "nvme") if isinstance(entry.get(k), dict))]:
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ValueError(f"{where}{unknown[0]} is no key of a profile (those are: {', '.join(sorted(known))})")
+
+
 def _profile(name: str, entry: dict) -> HostProfile:
     def source(t: dict) -> Source:
         return Source(_provenance(t, "provenance", DATASHEET), t.get("source", "the profile"), t.get("url", ""))
 
     try:
+        _known_keys(entry)
         cores = Figure("CPU cores per node", _positive(entry, "cores", most=8192), "cores",
                        Source(DATASHEET, entry.get("cores_source", "the profile")))
         tiers: dict[str, HostTier] = {}
@@ -174,6 +193,9 @@ def load_host(name: str, path: str | Path = HOSTS_FILE) -> HostProfile:
             entry = tomlfile.read(name)
         except tomlfile.TomlFileError as e:
             raise AdviceError(f"--host {e}") from None
+        if "cores" not in entry and len(entry) == 1 and isinstance(next(iter(entry.values())), dict):
+            (name, entry), = entry.items()          # hosts.toml's own form: one [NAME] with its tables
+            return _profile(name, entry)
         return _profile(Path(name).stem, entry)
     profiles = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     if name not in profiles:
