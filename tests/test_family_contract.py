@@ -182,3 +182,9 @@ def test_the_new_family_is_gated(stride_runs, capsys):
         judged = json.loads(verdict.read_text())
         assert code in allowed and code == judged["exit_code"], judged
         assert sum("stride/" in json.dumps(c) for c in judged["cases"]) == 2
+
+
+@pytest.mark.parametrize("name", ["os.path", "cxlbench.benchmarks.base"])
+def test_a_module_that_imports_but_is_no_family_is_named_as_such_not_a_traceback(name):
+    with pytest.raises(UnknownBenchmark, match=f"'{name}' imports but is no benchmark family: it has no "):
+        family(name)

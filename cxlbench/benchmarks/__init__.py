@@ -27,6 +27,10 @@ FAMILIES = {
 }
 
 
+#: what the runner takes from a family module
+CONTRACT = ("NAME", "Spec", "plan", "measure")
+
+
 def family(name: str) -> ModuleType:
     """A family by its short name, or any importable module by dotted path (a plugin).
     The runner hands workers the same reference, so a plugin's NAME need not be
@@ -39,9 +43,14 @@ def family(name: str) -> ModuleType:
         return module
     if "." in name:
         try:
-            return importlib.import_module(name)
+            module = importlib.import_module(name)
         except ImportError as e:
             raise UnknownBenchmark(f"benchmark {name!r} cannot be imported: {e}") from None
+        lacking = [part for part in CONTRACT if not hasattr(module, part)]
+        if lacking:
+            raise UnknownBenchmark(f"{name!r} imports but is no benchmark family: it has no {', '.join(lacking)} "
+                                   "(a family module defines NAME, Spec, plan and measure)")
+        return module
     raise UnknownBenchmark(f"unknown benchmark {name!r}; known: {', '.join(sorted(FAMILIES))}")
 
 
