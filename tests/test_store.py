@@ -74,6 +74,22 @@ def edit_meta(run_dir, **fields):
     (run_dir / "run.json").write_text(json.dumps({**meta, **fields}))
 
 
+def _edit_case(run_dir, **fields):
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta["cases"][0].update(fields)
+    (run_dir / "run.json").write_text(json.dumps(meta))
+
+
+def _edit_samples(run_dir, **columns):
+    """The first two samples' columns set to these values."""
+    frame = pd.read_parquet(run_dir / "samples.parquet")
+    for column, value in columns.items():
+        frame[column] = frame[column].astype(object)
+        frame.loc[frame.index[:2], column] = value
+        frame[column] = frame[column].infer_objects()
+    frame.to_parquet(run_dir / "samples.parquet")
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda p: (p / "samples.parquet").write_bytes(b"PAR1 garbage"), "not a readable samples file"),
     (lambda p: pd.DataFrame({"x": [1]}).to_parquet(p / "samples.parquet"), "missing columns"),
@@ -89,6 +105,15 @@ def edit_meta(run_dir, **fields):
     (lambda p: edit_meta(p, machine="x"), "its machine is not a machine record"),
     (lambda p: edit_meta(p, tiers=[{"name": 1}]), "its tiers is not a list of tiers with names"),
     (lambda p: edit_meta(p, suite=[1]), "its suite is not the suite's settings"),
+    (lambda p: edit_meta(p, families="x"), "its families is not a table of the families' tables"),
+    (lambda p: edit_meta(p, warnings=5), "its warnings is not a list"),
+    (lambda p: edit_meta(p, environment="x"), "its environment is not a table"),
+    (lambda p: edit_meta(p, machine={"cpu": "x"}), "its machine record's cpu is not a table"),
+    (lambda p: edit_meta(p, machine={"gpus": "x"}), "its machine record's gpus is not a list of records"),
+    (lambda p: _edit_case(p, params="x"), "case 1's params is 'x', not a table"),
+    (lambda p: _edit_case(p, initiator=5), "case 1's initiator is 5, not text"),
+    (lambda p: _edit_samples(p, case_id=None), "2 of its samples name no case"),
+    (lambda p: _edit_samples(p, value=1e308), "2 of its values are past 1e\\+30"),
 ])
 def test_damaged_or_foreign_files_give_one_clear_error(tmp_path, damage, message):
     w = write_run(tmp_path)

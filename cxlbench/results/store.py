@@ -312,7 +312,19 @@ def _read_parquet(path: Path | str, source: Any = None) -> pd.DataFrame:
     frame = _read_table(path, "samples", CORE_COLUMNS, source)
     if not pd.api.types.is_numeric_dtype(frame["value"]):
         raise ResultsError(f"{path} is damaged: its values are {frame['value'].dtype}, not numbers")
+    unnamed = int(frame["case_id"].isna().sum())
+    if unnamed:
+        raise ResultsError(f"{path} is damaged: {unnamed} of its samples name no case")
+    wild = frame["value"].abs() > MOST_VALUE
+    if wild.any():
+        raise ResultsError(f"{path} is damaged: {int(wild.sum())} of its values are past {MOST_VALUE:g} "
+                           f"(the first {frame['value'][wild].iloc[0]:g}), which no figure reaches")
     return frame
+
+
+#: a bound no measured figure comes near (ns, bytes/s, tokens/s, IOPS all sit far below):
+#: a value past it is damage, and squaring it in the statistics would overflow
+MOST_VALUE = 1e30
 
 
 def _read_parts(run_dir: Path) -> pd.DataFrame:
@@ -354,13 +366,35 @@ def _read_meta(run_dir: Path) -> dict[str, Any]:
 #: The run record's parts every reader walks into, and their shapes: a record whose
 #: parts have other shapes is damaged, said in one line, not a traceback in a reader.
 _META_SHAPES = [("machine", "dict", "a machine record"), ("versions", "dict", "a table of versions"),
-                ("suite", "dict", "the suite's settings"), ("tiers", "tiers", "a list of tiers with names")]
+                ("suite", "dict", "the suite's settings"), ("tiers", "tiers", "a list of tiers with names"),
+                ("environment", "dict", "a table"), ("families", "tables", "a table of the families' tables"),
+                ("configuration", "dict", "a table"), ("sentinels", "dict", "a table"), ("ecc", "dict", "a table"),
+                ("warnings", "list", "a list"), ("command", "list", "a list"), ("label", "str", "text"),
+                ("machine_name", "str", "text"), ("hostname", "str", "text"), ("status", "str", "text"),
+                ("started", "str", "a time"), ("ended", "str", "a time")]
+#: the machine record's parts, the same way
+_MACHINE_SHAPES = [("cpu", "dict"), ("nodes", "dict"), ("environment", "dict"), ("memory_tiers", "dict"),
+                   ("hugepages", "dict"), ("cxl_memdevs", "list"), ("cxl_regions", "list"), ("edac", "list"),
+                   ("gpus", "records"), ("block_devices", "records"), ("hostname", "str"), ("root", "str")]
+#: each case record's parts
+_CASE_SHAPES = [("case_id", "str"), ("benchmark", "str"), ("initiator", "str"), ("target", "str"),
+                ("tier_kind", "str"), ("params", "dict"), ("status", "str"), ("reason", "str"), ("info", "dict")]
 
 
 def _shaped(value: Any, kind: str) -> bool:
-    if kind == "dict":
-        return isinstance(value, dict)
+    if kind in ("dict", "list", "str"):
+        return isinstance(value, {"dict": dict, "list": list, "str": str}[kind])
+    if kind == "tables":
+        return isinstance(value, dict) and all(isinstance(t, dict) for t in value.values())
+    if kind == "records":
+        return isinstance(value, list) and all(isinstance(t, dict) for t in value)
     return isinstance(value, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in value)
+
+
+def _misshapen(record: dict, shapes) -> str | None:
+    """The first part of `record` that is there but not of its shape."""
+    return next((key for key, kind, *_ in shapes if record.get(key) is not None and not _shaped(record[key], kind)),
+                None)
 
 
 def _parse_meta(text: bytes, where: Any, run_dir: Any) -> dict[str, Any]:
@@ -378,6 +412,15 @@ def _parse_meta(text: bytes, where: Any, run_dir: Any) -> dict[str, Any]:
     for key, kind, what in _META_SHAPES:
         if meta.get(key) is not None and not _shaped(meta[key], kind):
             raise ResultsError(f"{where} is damaged: its {key} is not {what}")
+    bad = _misshapen(meta.get("machine") or {}, _MACHINE_SHAPES)
+    if bad:
+        raise ResultsError(f"{where} is damaged: its machine record's {bad} is not a "
+                           f"{dict(_MACHINE_SHAPES)[bad].replace('records', 'list of records').replace('dict', 'table')}")
+    for i, case in enumerate(cases):
+        bad = _misshapen(case, _CASE_SHAPES)
+        if bad:
+            raise ResultsError(f"{where} is damaged: case {i + 1}'s {bad} is {case[bad]!r}, not "
+                               f"{'a table' if dict(_CASE_SHAPES)[bad] == 'dict' else 'text'}")
     if meta["schema_version"] > SCHEMA_VERSION:
         raise ResultsError(f"{run_dir} was written by a newer cxlbench (schema "
                            f"{meta['schema_version']}); upgrade to read it")
