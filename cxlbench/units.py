@@ -115,5 +115,5 @@ def parse_fraction(value: Any, where: str = "threshold") -> float:
     except (TypeError, ValueError):
         raise ValueError(f"{where}: {value!r} is not a fraction (write 0.05 or \"5%\")") from None
     if not 0 < v < 1:
-        raise ValueError(f"{where}: {value!r} must lie between 0 and 100%")
+        raise ValueError(f"{where}: {value!r} must lie above 0 and below 100%")
     return v

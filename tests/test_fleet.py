@@ -186,6 +186,9 @@ def test_the_manifests_name_the_built_image_by_default_and_let_move_pages_throug
     (["--memory", "0"], "is not a positive Kubernetes quantity"),
     (["--secret", "a b"], "is not a Kubernetes Secret's name"),
     (["--config", "b=99999999999999"], "1 to 10,000"),
+    (["--store", "s3://"], "names no bucket"),
+    (["--image", "cxlbench 1"], "is not an image reference"),
+    (["--endpoint", "minio:9000"], "is not an http(s) URL"),
 ])
 def test_a_manifest_no_cluster_could_run_as_meant_is_refused_in_one_line(tmp_path, capsys, args, says):
     """A store path inside the pods (its runs gone with them), a negative amount of huge

@@ -205,7 +205,7 @@ def test_bad_thresholds_file_exits_2(tmp_path):
     assert gate(run, run, thresholds_file=bad).exit_code == 2
     bad.write_text("default = 3")
     result = gate(run, run, thresholds_file=bad)
-    assert result.exit_code == 2 and "between 0 and 100%" in result.errors[0]
+    assert result.exit_code == 2 and "above 0 and below 100%" in result.errors[0]
 
 
 # ------------------------------------------------------------------ thresholds, confirm

@@ -113,6 +113,7 @@ def _edit_samples(run_dir, **columns):
     (lambda p: _edit_case(p, params="x"), "case 1's params is 'x', not a table"),
     (lambda p: _edit_case(p, initiator=5), "case 1's initiator is 5, not text"),
     (lambda p: _edit_samples(p, case_id=None), "2 of its samples name no case"),
+    (lambda p: ((p / "samples.parquet").unlink(), (p / "samples.parquet").mkdir()), "is a folder, not a samples file"),
     (lambda p: _edit_samples(p, value=1e308), "2 of its values are past 1e\\+30"),
 ])
 def test_damaged_or_foreign_files_give_one_clear_error(tmp_path, damage, message):

@@ -629,7 +629,7 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
     if gpu.adamw is None:
         raise AdviceError("no GPU AdamW rate for the all-HBM reference: name a datasheet GPU with --gpu")
     if not 0 < target < 1:
-        raise AdviceError(f"--target {target * 100:g}% must lie between 0 and 100%")
+        raise AdviceError(f"--target {target * 100:g}% must lie above 0 and below 100%")
     if micro_steps < 1:
         raise AdviceError(f"--accumulate {micro_steps}: the batches per optimizer step must be at least 1")
     cluster = _linked(cluster, gpu, host)

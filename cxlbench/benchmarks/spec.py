@@ -87,8 +87,11 @@ Count = Annotated[int, at_least(1), Allowed(f"≤ {MAX_COUNT:,} (more is a typo)
 Count0 = Annotated[int, at_least(0), Allowed(f"≤ {MAX_COUNT:,} (more is a typo)", lambda v: v <= MAX_COUNT)]
 #: Threads of one initiator: at least one, at most what Linux can have.
 Threads = Annotated[int, at_least(1), Allowed(f"≤ {MAX_CPUS} (Linux's most CPUs)", lambda v: v <= MAX_CPUS)]
+#: The longest a suite may ask anything to last: a week, as `run --timeout` allows.
+MAX_SECONDS = 7 * 24 * 3600
 #: Seconds that must pass: a timed run's length, a timeout.
-Seconds = Annotated[float, above(0)]
+Seconds = Annotated[float, above(0), Allowed(f"≤ {MAX_SECONDS:,} (a week; more is a typo)",
+                                             lambda v: v <= MAX_SECONDS)]
 #: A fraction of a whole, as a suite writes it (0.05 for 5%); 0 turns it off.
 FractionOrOff = Annotated[float, Allowed("0 (off) or a fraction below 1, e.g. 0.05 for 5%",
                                          lambda v: 0 <= v < 1)]

@@ -194,7 +194,7 @@ def _amount(text: str) -> bool:
 
 
 def _check_job_fields(store: str, image: str, namespace: str, memory: str | None,
-                      kube_version: str | None, secret: str | None = None) -> None:
+                      kube_version: str | None, secret: str | None = None, endpoint: str | None = None) -> None:
     """What the schema validation does not catch, refused before any manifest is written."""
     for flag, value in (("--store", store), ("--image", image)):
         if not value.strip():
@@ -203,6 +203,10 @@ def _check_job_fields(store: str, image: str, namespace: str, memory: str | None
     if not location.is_url(store):
         raise UserError(f"--store {store!r} is a path inside each pod, lost when the pod ends: give the store's "
                         "URL (s3://bucket/prefix), which every pod writes to")
+    if not re.match(r"^[a-z][a-z0-9+.-]*://[^/\s]+", store):
+        raise UserError(f"--store {store!r} names no bucket: give s3://bucket/prefix")
+    if re.search(r"\s", image):
+        raise UserError(f"--image {image!r} is not an image reference (it holds a space)")
     if not NAMESPACE.match(namespace):
         raise UserError(f"--namespace {namespace!r} is not a Kubernetes namespace (lower-case letters, digits "
                         f"and '-', at most 63)")
@@ -211,6 +215,8 @@ def _check_job_fields(store: str, image: str, namespace: str, memory: str | None
     if secret is not None and not SECRET.match(secret):
         raise UserError(f"--secret {secret!r} is not a Kubernetes Secret's name (lower-case letters, digits, "
                         "'-' and '.', at most 253)")
+    if endpoint is not None and not re.match(r"^https?://[^/\s]+(/\S*)?$", endpoint):
+        raise UserError(f"--endpoint {endpoint!r} is not an http(s) URL (e.g. http://minio.storage:9000)")
     if kube_version is not None:
         from kubernetes_validate.utils import all_versions
         known = sorted(set(all_versions()), key=lambda v: tuple(int(x) for x in v.split(".")))
@@ -225,7 +231,7 @@ def fleet_manifests(store: str, image: str, suite: str, configs: list[str], labe
     from cxlbench.fleet.record import new_fleet_id
     from cxlbench.runner.suite import load_suite
     load_suite(suite)                                # a bad suite stops here, not in every pod
-    _check_job_fields(store, image, namespace, memory, kube_version, secret)
+    _check_job_fields(store, image, namespace, memory, kube_version, secret, endpoint)
     pages = {}
     for item in hugepages:
         size, sep, amount = item.partition("=")

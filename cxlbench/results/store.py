@@ -295,6 +295,8 @@ def _read_table(path: Path | str, kind: str, columns: list[str], source: Any = N
     """A `kind` file (samples, histograms) with at least `columns`, refused in one line
     where it is unreadable or is no such file; `source` (bytes read from a store) stands
     in for the path's file."""
+    if source is None and Path(path).is_dir():     # pyarrow would read a folder as a dataset
+        raise ResultsError(f"{path} is a folder, not a {kind} file")
     try:
         frame = pd.read_parquet(path if source is None else io.BytesIO(source))
     except Exception as e:     # pyarrow raises several types for a damaged file
