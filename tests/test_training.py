@@ -419,7 +419,7 @@ def test_find_max_on_a_gpu_stops_before_70b_whose_bf16_params_and_grads_outgrow_
     env.machine.nodes[0].mem_free_bytes = 1 << 50
     monkeypatch.setattr(training, "_node_free_now", lambda node: 1 << 50)
     spec = {"name": "training", "mode": "find_max", "engine": ["offload"], "optimizer_on": ["ddr"],
-            "case_timeout_s": 1e6}
+            "case_timeout_s": 604_800}          # a week: the most a suite may give
     (planned,) = plan(training, spec, env)
     assert planned.case.params["config"].endswith(",8b,70b")      # every config, smallest first
     why = training._fits(planned.case, env, model_config("70b"), fresh=False)
