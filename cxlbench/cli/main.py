@@ -155,7 +155,8 @@ def parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="an A/A pair of runs: noise floor per case, gate false-positive rate")
     cal.add_argument("run_a")
     cal.add_argument("run_b")
-    cal.add_argument("--write-thresholds", type=out_file, help="write suggested thresholds (TOML) here")
+    cal.add_argument("--write-thresholds", type=out_file, help="write suggested thresholds (TOML) to this new file (an existing one, "
+                                                               "perhaps tuned by hand, is never overwritten)")
     cal.set_defaults(func=lambda a: commands.calibrate(a.run_a, a.run_b, a.write_thresholds))
 
     e = sub.add_parser("export", help="write a run in another tool's format")
