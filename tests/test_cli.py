@@ -213,3 +213,23 @@ def test_an_option_the_command_would_ignore_is_one_line_and_exit_2(capsys, tmp_p
     base, cur = _pair(tmp_path)
     code, out, err = run_cli(capsys, *(a.format(r=tmp_path / "r", base=base, cur=cur) for a in args))
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_closed_stdout_and_a_deleted_current_directory_are_one_line_or_nothing(tmp_path):
+    """`cxlbench topology >&-` (a job with no stdout) runs; a shell whose directory was
+    deleted under it gets one line, not a traceback from resolving a relative path."""
+    import os
+    import subprocess
+    import sys
+    cli = f"{sys.executable} -m cxlbench.cli.main"
+    paths = [str(Path(__file__).parent.parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}    # no empty entry: that is the cwd
+    closed = subprocess.run(["sh", "-c", f"{cli} --root {FIXTURES / 'two_socket_cxl'} topology >&-"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert closed.returncode == 0 and closed.stderr == ""
+    (tmp_path / "gone").mkdir()
+    gone = subprocess.run(["sh", "-c", f"cd {tmp_path / 'gone'} && rmdir {tmp_path / 'gone'} && "
+                                       f"{cli} run --list --suite quick"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert gone.returncode == 2 and "Traceback" not in gone.stderr
+    assert "the current directory no longer exists" in gone.stderr.splitlines()[-1]

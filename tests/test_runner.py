@@ -63,13 +63,13 @@ def test_time_budget_skips_what_does_not_fit(tmp_path):
     assert "time budget" in outcome.results[0].reason
 
 
-def _cli(*args, cwd, **kw):
+def _cli(*args, cwd, stderr_to=subprocess.PIPE, **kw):
     """`cxlbench ARGS` in a process of its own, run in `cwd` (a tmp_path: the report it
     renders by default goes to ./reports) with this tree's cxlbench and the test fakes."""
     path = os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
     return subprocess.Popen([sys.executable, "-m", "cxlbench.cli.main", *args], env=env, cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.PIPE, stderr=stderr_to, text=True,
                             preexec_fn=default_dispositions, **kw)
 
 
@@ -83,7 +83,7 @@ def _wait_for_cases(out, n, timeout=30):
     raise AssertionError("the run never recorded its first case")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGHUP])
 def test_interrupted_run_keeps_what_finished_and_loads_as_partial(tmp_path, sig):
     out = tmp_path / "r"
     proc = _cli("run", "--suite", suite_file(tmp_path, ["ok", "hang", "ok"], repetitions=3),
@@ -97,8 +97,23 @@ def test_interrupted_run_keeps_what_finished_and_loads_as_partial(tmp_path, sig)
     stored = load_run(path)
     assert stored.status == "partial"
     assert len(stored.samples) == 3 and set(stored.samples.case_id) == {stored.cases().case_id[0]}
-    if sig == signal.SIGINT:
-        assert "Traceback" not in err
+    if sig != signal.SIGKILL:            # a scheduler's SIGTERM, a closed terminal's SIGHUP: as Ctrl-C
+        assert "Traceback" not in err and "interrupted: keeping the cases that finished" in err
+        assert stored.meta.get("interrupted") is True and proc.returncode == 128 + sig
+
+
+def test_a_run_whose_log_reader_leaves_measures_to_the_end(tmp_path):
+    """`cxlbench run ... 2>&1 | head -2` in a CI job: the progress has nowhere to go
+    once head exits, and the run goes on measuring to its end, complete."""
+    out = tmp_path / "r"
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as gone:
+        proc = _cli("run", "--suite", suite_file(tmp_path, ["ok", "ok"], repetitions=2), "--out", str(out),
+                    "--no-report", cwd=tmp_path, stderr_to=gone)
+        proc.communicate(timeout=120)
+    [path] = find_runs(out)
+    assert proc.returncode == 0 and load_run(path).status == "complete"
 
 
 @pytest.mark.parametrize("args, message", [

@@ -7,13 +7,14 @@ traceback. Measured work is already on disk when such an error is printed.
 from __future__ import annotations
 
 import argparse
-import os
+import signal
 import sys
 
 from cxlbench.version import __version__
 from cxlbench.cli import commands
 from cxlbench.cli.argtypes import fraction, machine_root, out_file, results_dir, seconds, whole
 from cxlbench.cli.commands import UserError
+from cxlbench.cli.streams import missing_directory, prepare_streams, standing
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
@@ -200,79 +201,41 @@ def _gate(a: argparse.Namespace) -> int:
                          a.ignore_identity, a.markdown, a.json, a.junit, a.root, a.normalize, a.exit_undecided)
 
 
-class _ReaderMayLeave:
-    """stdout for a command whose reader may go (`cxlbench gate ... | head -1`): what it
-    prints after that is dropped, and it goes on to write the files it was asked for
-    and to exit with its verdict, as it would have with the whole of its output read."""
-
-    def __init__(self, stream):
-        self._stream = stream
-        self.gone = False
-
-    def write(self, text: str) -> int:
-        if not self.gone:
-            try:
-                return self._stream.write(text)
-            except BrokenPipeError:
-                self._leave()
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.gone:
-            try:
-                self._stream.flush()
-            except BrokenPipeError:
-                self._leave()
-
-    def _leave(self) -> None:
-        self.gone = True
-        try:      # what is still buffered is flushed at exit: into nothing, not a closed pipe
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
-        except (OSError, ValueError):
-            pass
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
-def _any_encoding(*streams) -> None:
-    """A character the terminal's encoding lacks (·, ≥, × under LANG=C or
-    PYTHONIOENCODING=ascii) is printed as '?', not a traceback."""
-    for stream in streams:
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="replace")
-
-
 def main(argv: list[str] | None = None) -> int:
-    _any_encoding(sys.stdout, sys.stderr)
+    prepare_streams()
+    cannot = missing_directory()            # before the parser: its path types resolve against it
+    if cannot:
+        print(f"cxlbench: error: {cannot}", file=sys.stderr)
+        return 2
     args = parser().parse_args(argv)
-    stdout = sys.stdout
-    sys.stdout = _ReaderMayLeave(stdout)
-    try:
-        if getattr(args, "store_option", None):
-            from cxlbench.results.location import configure, is_url
-            named = [v for key, value in vars(args).items() if key != "store_option"
-                     for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
-            if not any(is_url(v) for v in named):
-                raise UserError("--store-option configures a store named by URL (s3://...), and this command "
-                                "names none: it would be ignored")
-            configure(args.store_option)
-        return int(args.func(args) or 0)
-    except BrokenPipeError:                 # stdout is kept going above: this is some other pipe
-        sys.stderr.close()
-        return 0
-    except _known_errors() as e:
-        print(f"cxlbench: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:                    # a file named on the command line that cannot be
-        print(f"cxlbench: error: {e.filename or ''}{': ' if e.filename else ''}"   # read or written
-              f"{e.strerror or e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("cxlbench: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        sys.stdout = stdout
+    with standing() as stop:
+        try:
+            code = _command(args)
+            # a run stopped by SIGTERM keeps what finished and ends as the signal says
+            return 128 + stop.signal if stop.signal else code
+        except _known_errors() as e:
+            print(f"cxlbench: error: {e}", file=sys.stderr)
+            return 2
+        except OSError as e:                    # a file named on the command line that cannot be
+            print(f"cxlbench: error: {e.filename or ''}{': ' if e.filename else ''}"   # read or written
+                  f"{e.strerror or e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            name = f" by {signal.Signals(stop.signal).name}" if stop.signal else ""
+            print(f"cxlbench: interrupted{name}", file=sys.stderr)
+            return 128 + (stop.signal or signal.SIGINT)
+
+
+def _command(args: argparse.Namespace) -> int:
+    if getattr(args, "store_option", None):
+        from cxlbench.results.location import configure, is_url
+        named = [v for key, value in vars(args).items() if key != "store_option"
+                 for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
+        if not any(is_url(v) for v in named):
+            raise UserError("--store-option configures a store named by URL (s3://...), and this command "
+                            "names none: it would be ignored")
+        configure(args.store_option)
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+"""What a command stands on besides its arguments: its standard streams, its current
+directory, and the signals that stop it. A CI job's log reader may leave (`| head`),
+its disk may fill, a scheduler may send SIGTERM: none of these should lose what the
+command measured or turn its verdict into another exit status.
+
+    with standing() as stop:      # in main(): the streams kept, SIGTERM/SIGHUP as Ctrl-C
+        ...
+    stop.signal                   # the signal that stopped the command, if one did
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+
+class ReaderMayLeave:
+    """A stream whose reader may go: what is written after that is dropped, and the
+    command goes on to write the files it was asked for and to exit with its verdict.
+    `also` are the errors besides a broken pipe that drop the stream: for stderr, which
+    carries progress and notes, a full disk too (2>/dev/full), since no note is worth the
+    measurement; stdout's output is what the user asked for, so only a reader leaving."""
+
+    def __init__(self, stream, also: tuple[type[OSError], ...] = ()):
+        self._stream = stream
+        self._drops = (BrokenPipeError, *also)
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except self._drops:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except self._drops:
+                self._leave()
+
+    def _leave(self) -> None:
+        self.gone = True
+        try:      # what is still buffered is flushed at exit: into nothing, not a closed pipe
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _any_encoding(*streams) -> None:
+    """A character the terminal's encoding lacks (·, ≥, × under LANG=C or
+    PYTHONIOENCODING=ascii) is printed as '?', not a traceback."""
+    for stream in streams:
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
+def prepare_streams() -> None:
+    """Before the arguments are parsed (argparse prints too): a stream the shell closed
+    (`>&-`) writes into nothing, and any stream prints any character."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
+    _any_encoding(sys.stdout, sys.stderr)
+
+
+def missing_directory() -> str | None:
+    """Why the command cannot start where it stands: its current directory deleted
+    under it (every relative path, and the workers' start, would fail)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return "the current directory no longer exists (deleted under this shell): cd into one that does"
+    return None
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, taken the way Ctrl-C is: what finished is kept, the run marked
+    partial."""
+
+
+@dataclass
+class Stop:
+    signal: int | None = None
+
+
+#: the signals a scheduler, a CI runner or a closed terminal send to end a command
+ENDING = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def standing():
+    """stdout and stderr kept going when their reader leaves, and SIGTERM and SIGHUP
+    raised as Ctrl-C is (KeyboardInterrupt), so the run's interrupt path keeps what
+    finished; everything put back after."""
+    stop = Stop()
+    streams = sys.stdout, sys.stderr
+    sys.stdout = ReaderMayLeave(streams[0])
+    sys.stderr = ReaderMayLeave(streams[1], also=(OSError,))
+
+    def stopped(signum, _frame):
+        stop.signal = signum
+        raise Stopped()
+
+    before = {}
+    try:
+        for s in ENDING:
+            if signal.getsignal(s) is not signal.SIG_IGN:     # nohup means nohup
+                before[s] = signal.signal(s, stopped)
+    except ValueError:                  # not the main thread (a test's): no handlers to set
+        pass
+    try:
+        yield stop
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        sys.stdout, sys.stderr = streams
