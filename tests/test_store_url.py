@@ -103,3 +103,27 @@ def test_an_ended_run_whose_samples_are_gone_from_the_store_is_called_damaged(s3
     location.delete(location.join(w.url, "samples.parquet"))
     with pytest.raises(ResultsError, match="samples.parquet is missing, though the run ended"):
         load_run(w.url)
+
+
+def test_a_store_gone_mid_run_is_one_line_naming_where_the_run_is_kept(s3_store, tmp_path, monkeypatch):
+    w = write(s3_store, finish=False, staging=tmp_path / "staging")
+
+    def gone(url, data):
+        raise ConnectionError(f"Could not connect to the endpoint URL: {url}")
+    monkeypatch.setattr(location, "write_bytes", gone)
+    with pytest.raises(ResultsError, match=f"the store could not take .*what was measured is kept in {w.path}"):
+        w.add(result(1 << 22, [30.0, 31.0]))
+    assert len(load_run(w.path).samples) == 7                  # the local copy has the last case too
+
+
+def test_a_complete_runs_local_copy_goes_once_the_store_holds_it(s3_store, tmp_path, monkeypatch, capsys):
+    import tempfile
+    from cxlbench.cli.main import main
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))        # where the staging folder is made
+    suite = tmp_path / "s.toml"
+    suite.write_text('repetitions = 2\n[[benchmark]]\nname = "fakes.family"\nmodes = ["ok"]\n')
+    assert main(["run", "--suite", str(suite), "--out", s3_store, "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert "the store holds the run" in out and not list(tmp_path.glob("cxlbench-staging-*"))
+    stored = out.split("stored: ")[1].split()[0]
+    assert load_run(stored).status == "complete"

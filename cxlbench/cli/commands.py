@@ -96,7 +96,21 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
     if with_report:
         from cxlbench.report import render
         print(f"report: {render([outcome.path])}")
+    if outcome.stored and outcome.status == "complete":
+        _remove_staging(Path(outcome.path))
     return 0 if outcome.status == "complete" else 130
+
+
+def _remove_staging(run_dir: Path) -> None:
+    """A run stored at a URL was written in a local staging folder first; once the store
+    holds it whole, the folder goes (every run had left a copy in /tmp). A partial run's
+    stays: it may hold what the store could not take."""
+    import shutil
+    from cxlbench.results.store import STAGING_PREFIX
+    root = run_dir.parents[2]                       # staging/<configuration>/<machine>/<run>
+    if root.name.startswith(STAGING_PREFIX):
+        shutil.rmtree(root, ignore_errors=True)
+        print(f"(the local copy in {root} is removed: the store holds the run)")
 
 
 def sentinel_plan(config) -> str:

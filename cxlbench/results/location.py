@@ -63,9 +63,18 @@ def options(url: str) -> dict[str, Any]:
     opts: dict[str, Any] = {}
     if url.startswith(("s3://", "s3a://")):
         opts["use_listings_cache"] = False
+        opts["config_kwargs"] = dict(S3_PATIENCE)
         if os.environ.get(ENDPOINT_ENV):
             opts["endpoint_url"] = os.environ[ENDPOINT_ENV]
     return {**opts, **_options}
+
+
+#: How long an S3 endpoint may keep a command waiting: botocore's defaults (a 60 s read
+#: timeout, retried by botocore and again by s3fs) left an endpoint that accepts and never
+#: answers holding a report for 7 minutes. Each call now gives up after S3_TRIES tries of
+#: at most 15 s of silence. A --store-option config_kwargs=... replaces these.
+S3_PATIENCE = {"connect_timeout": 10, "read_timeout": 15, "retries": {"max_attempts": 1}}
+S3_TRIES = 2
 
 
 def option_args() -> list[str]:
@@ -83,6 +92,8 @@ def filesystem(url: str):
         raise StoreURLError(f"{url}: its filesystem needs a package that is not installed ({e})") from None
     except (ValueError, TypeError) as e:
         raise StoreURLError(f"{url}: {e}") from None
+    if hasattr(fs, "retries") and "config_kwargs" not in _options:
+        fs.retries = S3_TRIES                      # s3fs retries each call itself, on top of botocore
     return fs, path.rstrip("/")
 
 

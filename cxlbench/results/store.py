@@ -254,6 +254,10 @@ def histogram_rows(run_id: str, result: CaseResult, hists: list[dict]) -> list[d
     return rows
 
 
+#: the local folder a run for a store URL is written in first (tempfile.mkdtemp's prefix)
+STAGING_PREFIX = "cxlbench-staging-"
+
+
 class StoreWriter(RunWriter):
     """A run whose store is a URL: written in a local staging folder as any run,
     each file put to <url>/<configuration>/<machine>/<run_id>/ as it is written.
@@ -264,7 +268,7 @@ class StoreWriter(RunWriter):
                  staging: str | Path | None = None):
         location.check_reachable(url)
         self.url_root = url.rstrip("/")
-        staging = Path(staging) if staging else Path(tempfile.mkdtemp(prefix="cxlbench-staging-"))
+        staging = Path(staging) if staging else Path(tempfile.mkdtemp(prefix=STAGING_PREFIX))
         self.url = ""
         super().__init__(staging, machine_name, meta, configuration)
 
@@ -275,7 +279,12 @@ class StoreWriter(RunWriter):
         super()._save_meta()
 
     def _publish(self, name: str) -> None:
-        location.write_bytes(location.join(self.url, name), (self.path / name).read_bytes())
+        try:
+            location.write_bytes(location.join(self.url, name), (self.path / name).read_bytes())
+        except Exception as e:     # botocore and aiohttp raise many types for a store gone away
+            why = f"{type(e).__name__}: {e}".splitlines()[0]
+            raise ResultsError(f"the store could not take {name} ({why}); what was measured is kept in "
+                               f"{self.path}") from None
 
     def _withdraw(self, name: str) -> None:
         location.delete(location.join(self.url, name))
