@@ -133,6 +133,7 @@ def test_every_commands_parser_loads_without_the_report_layers_libraries():
 @pytest.mark.parametrize("file, text, words", [
     ("sys/devices/system/node/node0/cpulist", "zz\n", "'zz' is not a kernel CPU or node list"),
     ("sys/devices/system/node/node0/distance", "10 x\n", "node0/distance holds '10 x', not distances"),
+    ("sys/devices/system/node/node0/cpulist", "0-99999999\n", "numbers below 8192"),   # not a 10^8 CPU list
 ])
 def test_a_fixture_tree_with_a_malformed_file_is_one_line_naming_it(capsys, tmp_path, file, text, words):
     import shutil
@@ -142,6 +143,17 @@ def test_a_fixture_tree_with_a_malformed_file_is_one_line_naming_it(capsys, tmp_
     for command in ("topology", "doctor"):
         code, _, err = run_cli(capsys, "--root", str(root), command)
         assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_name_with_a_nul_byte_in_a_sysfs_file_is_no_such_device_not_a_traceback(capsys, tmp_path):
+    import shutil
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "two_socket_cxl", root, symlinks=True)
+    target = next(root.glob("sys/devices/platform/*/root0/decoder0.0/region0/target0"))
+    target.write_bytes(b"decoder2.0\0\n")
+    for command in ("topology", "doctor"):
+        code, _, err = run_cli(capsys, "--root", str(root), command)
+        assert code in (0, 1, 2) and "Traceback" not in err and "null byte" not in err
 
 
 def test_a_root_without_sysfs_is_refused_not_read_as_an_empty_machine(capsys, tmp_path):

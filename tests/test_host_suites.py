@@ -454,6 +454,24 @@ def test_a_moved_ecc_count_becomes_a_run_warning(tmp_path):
     assert meta["ecc"]["changes"] == moved and meta["ecc"]["before"]["edac"][0]["ce"] == 3
 
 
+def test_a_count_that_cannot_be_read_is_said_so_not_taken_for_zero(tmp_path):
+    """A ce_count of garbage after a run that began at 3 is no 'errors went from 3 to 0';
+    a controller that left EDAC during the run is named."""
+    import shutil
+    from cxlbench.topology import ecc
+    root = copy_fixture(tmp_path)
+    before = ecc.snapshot(str(root))
+    edac = root / "sys/devices/system/edac/mc"
+    (edac / "mc0" / "ce_count").write_text("garbage\n")
+    shutil.rmtree(edac / "mc1")
+    moved = ecc.changes(before, ecc.snapshot(str(root)))
+    assert not any("went from 3 to 0" in m for m in moved)
+    assert any("mc0: its corrected count could not be read after the run (3 before, None after)" in m
+               for m in moved)
+    assert any("mc1: the controller left EDAC during the run" in m for m in moved)
+    assert "could not be read" in ecc.describe(ecc.snapshot(str(root)))
+
+
 def test_an_unmoved_run_has_no_ecc_warning(tmp_path):
     from cxlbench.results.store import RunWriter
     from cxlbench.runner import ecc

@@ -87,12 +87,18 @@ def changes(before: dict, after: dict) -> list[str]:
     health flag that turned on)."""
     out: list[str] = []
     old = {c["name"]: c for c in before.get("edac", [])}
+    now = {c["name"] for c in after.get("edac", [])}
+    out += [f"EDAC {name}: the controller left EDAC during the run (its counts last read "
+            f"{old[name]['ce']} corrected, {old[name]['ue']} uncorrected)" for name in old if name not in now]
     for c in after.get("edac", []):
         b = old.get(c["name"])
         if b is None:
             continue
         for key, what in (("ue", "uncorrected"), ("ce", "corrected")):
-            if c[key] != b[key]:
+            if (c[key] is None) != (b[key] is None):
+                out.append(f"EDAC {c['name']}: its {what} count could not be read "
+                           f"{'after' if c[key] is None else 'before'} the run ({b[key]} before, {c[key]} after)")
+            elif c[key] != b[key]:
                 dimms = [f"{d} {b['dimms'].get(d, {}).get(key, 0)}→{v[key]}"
                          for d, v in c.get("dimms", {}).items()
                          if v[key] != b["dimms"].get(d, {}).get(key, 0)]
@@ -135,9 +141,11 @@ def describe(snap: dict, tier: Any = None, machine: Any = None) -> str:
         parts.append("EDAC: no memory controllers (a VM or no EDAC driver): ECC state unknown")
     else:
         modes = sorted({c["mode"] for c in edac if c.get("mode")})
-        ce, ue = sum(c["ce"] for c in edac), sum(c["ue"] for c in edac)
+        ce, ue = (sum(c[k] for c in edac if c[k] is not None) for k in ("ce", "ue"))
+        unread = sum(c["ce"] is None or c["ue"] is None for c in edac)
         parts.append(f"EDAC {'/'.join(modes) or 'mode unknown'} on {len(edac)} controller(s): "
-                     f"{ce} corrected, {ue} uncorrected errors")
+                     f"{ce} corrected, {ue} uncorrected errors"
+                     + (f" ({unread} controller(s) with a count that could not be read)" if unread else ""))
     return "; ".join(parts)
 
 

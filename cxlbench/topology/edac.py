@@ -25,8 +25,7 @@ def read_controller(root: str, index: int) -> EdacController:
     modes: list[str] = []
     for name in dimm_dirs(root, mc):
         d = f"{mc}/{name}"
-        dimms[name] = (read_int(root, f"{d}/dimm_ce_count") or 0,
-                       read_int(root, f"{d}/dimm_ue_count") or 0)
+        dimms[name] = (read_int(root, f"{d}/dimm_ce_count"), read_int(root, f"{d}/dimm_ue_count"))
         mode = read_text(root, f"{d}/dimm_edac_mode")
         if mode and mode not in modes:
             modes.append(mode)
@@ -34,8 +33,10 @@ def read_controller(root: str, index: int) -> EdacController:
         name=f"mc{index}",
         mode="/".join(modes) or None,
         # The controller totals also count errors the driver could not pin to a DIMM.
-        ce_count=read_int(root, f"{mc}/ce_count") or 0,
-        ue_count=read_int(root, f"{mc}/ue_count") or 0,
+        # A count that cannot be read is None, not 0: read as 0 after a 3, it would
+        # report errors that went away (or, the other way, errors that came).
+        ce_count=read_int(root, f"{mc}/ce_count"),
+        ue_count=read_int(root, f"{mc}/ue_count"),
         dimms=dimms,
     )
 

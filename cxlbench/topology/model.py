@@ -98,9 +98,9 @@ class CxlRegion:
 class EdacController:
     name: str                  # mc0
     mode: str | None           # edac_mode of its DIMMs, e.g. "SECDED"
-    ce_count: int
-    ue_count: int
-    dimms: dict[str, tuple[int, int]] = field(default_factory=dict)  # dimm -> (ce, ue)
+    ce_count: int | None       # None: the count could not be read
+    ue_count: int | None
+    dimms: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)  # dimm -> (ce, ue)
 
 
 @dataclass

@@ -59,17 +59,24 @@ def link_name(root: str, path: str) -> str | None:
     """Basename of the target of a symlink (sysfs links name devices), None if not a link."""
     try:
         return os.path.basename(os.readlink(under(root, path)))
-    except OSError:
+    except (OSError, ValueError):           # ValueError: a name read from a file held a NUL
         return None
 
 
 def resolve(root: str, path: str) -> str:
     """The real path of a sysfs entry; sysfs links are relative, so this stays under root."""
-    return os.path.realpath(under(root, path))
+    try:
+        return os.path.realpath(under(root, path))
+    except ValueError:                      # a name read from a file held a NUL: no such entry
+        return under(root, path.replace("\0", ""))
 
 
 class SysfsFormatError(ValueError):
     """A file is not in the format the kernel writes (a hand-made fixture tree, most likely)."""
+
+
+#: Linux's largest CONFIG_NR_CPUS (x86_64 MAXSMP): no CPU or node number reaches it
+LINUX_MOST_CPUS = 8192
 
 
 def parse_cpulist(text: str | None) -> list[int]:
@@ -80,13 +87,14 @@ def parse_cpulist(text: str | None) -> list[int]:
             part = part.strip()
             if not part:
                 continue
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                cpus.extend(range(int(lo), int(hi) + 1))
-            else:
-                cpus.append(int(part))
+            lo, _, hi = part.partition("-")
+            lo, hi = int(lo), int(hi or lo)
+            if not 0 <= lo <= hi < LINUX_MOST_CPUS:
+                raise ValueError
+            cpus.extend(range(lo, hi + 1))
     except ValueError:
-        raise SysfsFormatError(f"{text.strip()!r} is not a kernel CPU or node list (e.g. 0-3,8)") from None
+        raise SysfsFormatError(f"{text.strip()!r} is not a kernel CPU or node list (e.g. 0-3,8; "
+                               f"numbers below {LINUX_MOST_CPUS})") from None
     return cpus
 
 

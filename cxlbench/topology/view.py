@@ -91,8 +91,10 @@ def memory_section(m: Machine) -> list[str]:
 def edac_section(m: Machine) -> list[str]:
     if not m.edac:
         return ["ECC         no EDAC memory controllers"]
-    return ["ECC         " + "; ".join(f"{c.name} {c.mode or ''} CE {c.ce_count} UE {c.ue_count}".replace("  ", " ")
-                                      for c in m.edac)]
+    def count(v: int | None) -> str:
+        return "?" if v is None else str(v)          # a count the driver's file did not give
+    return ["ECC         " + "; ".join(f"{c.name} {c.mode or ''} CE {count(c.ce_count)} UE {count(c.ue_count)}"
+                                      .replace("  ", " ") for c in m.edac)]
 
 
 def devices_section(m: Machine) -> list[str]:
