@@ -246,3 +246,23 @@ def test_find_max_turns_training_into_the_search_and_refuses_a_suite_without_it(
     assert load_suite("training")["benchmark"][1]["mode"] == "train"  # the file is untouched
     with pytest.raises(SuiteError, match="no training benchmark that trains"):
         with_find_max(load_suite("quick"))
+
+
+def test_a_disk_that_fills_mid_run_is_one_line_naming_where_the_measured_cases_are(tmp_path, monkeypatch):
+    import errno
+    from cxlbench.results.store import ResultsError, RunWriter
+    add, calls = RunWriter.add, []
+
+    def fills(self, *args, **kw):
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return add(self, *args, **kw)
+    monkeypatch.setattr(RunWriter, "add", fills)
+    with pytest.raises(ResultsError, match="No space left on device while writing the run; the cases measured "
+                                           "before it are kept there") as e:
+        run(RunConfig(suite_file(tmp_path, ["ok", "ok", "ok"], repetitions=2), out=str(tmp_path / "r")))
+    [path] = find_runs(tmp_path / "r")
+    assert str(path) in str(e.value)
+    stored = load_run(path)
+    assert stored.status == "partial" and len(set(stored.samples.case_id)) == 1

@@ -1,6 +1,7 @@
 """Plan a suite on this machine, measure each case in a worker, stream results to the store."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import platform
@@ -16,7 +17,7 @@ from cxlbench.benchmarks import family
 from cxlbench.benchmarks.base import Env, Planned, describe
 from cxlbench.results.schema import COMPLETE, CORE_COLUMNS, FAILED, PARTIAL, SKIPPED, CaseResult
 from cxlbench.results.location import is_url
-from cxlbench.results.store import RunWriter, StoreWriter
+from cxlbench.results.store import ResultsError, RunWriter, StoreWriter
 from cxlbench.runner import ecc, lock, processes, sentinels
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_max
@@ -192,15 +193,21 @@ def run(config: RunConfig) -> RunOutcome:
 def _measure(config: RunConfig, env: Env, planned: list[Planned], watching: sentinels.Plan) -> RunOutcome:
     """The planned run, measured: under the machine's measurement lock (see run())."""
     writer = open_writer(config, env, planned + watching.planned)
-    if watching.off:
-        writer.note(sentinels.KEY, {"off": watching.off})
-    ecc_before = ecc.start(config.root)             # EDAC / CXL health counts around the run
-    watch = sentinels.Watch(watching, env, writer, time.monotonic()) if watching.planned else None
-    results = _run_planned(planned, env, writer, config.precision_of, watch)
-    ecc.finish(writer, ecc_before, config.root)     # a count that moved is a run warning
-    finished = len(results) == len(planned) and not writer.meta.get("interrupted")
-    status = COMPLETE if finished else PARTIAL
-    writer.finish(status)
+    try:
+        if watching.off:
+            writer.note(sentinels.KEY, {"off": watching.off})
+        ecc_before = ecc.start(config.root)             # EDAC / CXL health counts around the run
+        watch = sentinels.Watch(watching, env, writer, time.monotonic()) if watching.planned else None
+        results = _run_planned(planned, env, writer, config.precision_of, watch)
+        ecc.finish(writer, ecc_before, config.root)     # a count that moved is a run warning
+        finished = len(results) == len(planned) and not writer.meta.get("interrupted")
+        status = COMPLETE if finished else PARTIAL
+        writer.finish(status)
+    except OSError as e:          # its disk full or made read-only under it: say where the run is
+        with contextlib.suppress(OSError):        # marked partial where the disk still takes that
+            writer.finish(PARTIAL)
+        raise ResultsError(f"{writer.path}: {e.strerror or e} while writing the run; the cases measured "
+                           "before it are kept there (the run reads as partial)") from None
     return RunOutcome(writer.path, status, results, list(watch.results.values()) if watch else [],
                       getattr(writer, "url", None))
 
