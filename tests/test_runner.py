@@ -266,3 +266,21 @@ def test_a_disk_that_fills_mid_run_is_one_line_naming_where_the_measured_cases_a
     assert str(path) in str(e.value)
     stored = load_run(path)
     assert stored.status == "partial" and len(set(stored.samples.case_id)) == 1
+
+
+def test_the_progress_line_on_a_terminal_never_wraps(monkeypatch):
+    """A line longer than the terminal wraps, and '\\r' then redraws only its last row:
+    every redraw would leave a line behind on a narrow terminal."""
+    import io
+    import os
+    from cxlbench.runner.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    monkeypatch.setattr("shutil.get_terminal_size", lambda fallback=None: os.terminal_size((50, 24)))
+    out = Terminal()
+    p = Progress([1.0, 1.0], stream=out)
+    p.begin("fakes.family/cpu:node0/ddr0/i=0,level=1.0,mode=ok,pause_s=0.5 [process 6/10]")
+    drawn = out.getvalue().split("\r")[-1].replace("\033[K", "")
+    assert 20 <= len(drawn) <= 49

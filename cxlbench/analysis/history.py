@@ -323,7 +323,8 @@ def history(paths: str | Path | Iterable[str | Path], machine: str | None = None
     runs, left = read_runs(paths)
     if not runs:
         raise HistoryError("no complete runs under " + ", ".join(map(str, paths))
-                           + (f" (left out: {left[0]})" if left else ""))
+                           + (f" (left out: {left[0]}" + (f"; and {len(left) - 1} more" if len(left) > 1 else "") + ")"
+                              if left else ""))
     key, chosen = choose(runs, machine, suite)
     kept = {r.run_id for r in chosen}
     others = [f"{r.path}: {'/'.join(_name(r))}, another machine or suite" for r in runs if r.run_id not in kept]

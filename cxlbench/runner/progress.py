@@ -2,6 +2,7 @@
 how the cases so far compared with their estimates."""
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 
@@ -33,7 +34,9 @@ class Progress:
             filled = int(width * self.index / max(n, 1))
             bar = "#" * filled + "." * (width - filled)
             line = f"[{bar}] {self.index}/{n}  {label[:60]:<60}  left ~{_clock(self.eta())}"
-            self.stream.write("\r" + line)
+            # one terminal line at most: a line that wraps is not redrawn by \r, it piles up
+            cols = shutil.get_terminal_size((120, 24)).columns
+            self.stream.write("\r\033[K" + line[:max(cols - 1, 20)])
             self.stream.flush()
 
     def end(self, label: str, status: str, seconds: float, reason: str = "") -> None:
