@@ -304,6 +304,12 @@ def build(runs: list[Run], key: tuple[str, str, str], left_out: list[str] = (),
                    list(left_out), paths, normalize, reference)
 
 
+def no_runs(paths: Iterable[str | Path], left: list[str]) -> str:
+    """'no complete runs under P (left out: why; and N more)'."""
+    more = f"; and {len(left) - 1} more" if len(left) > 1 else ""
+    return "no complete runs under " + ", ".join(map(str, paths)) + (f" (left out: {left[0]}{more})" if left else "")
+
+
 def _with_sentinels(runs: list[Run], key: tuple[str, str, str], left_out: list[str]) -> tuple[list[Run], list[str]]:
     """The runs that recorded drift sentinels, to be judged relative to them; the others
     left out and named (mixed with raw figures they would compare unlike with like)."""
@@ -322,9 +328,7 @@ def history(paths: str | Path | Iterable[str | Path], machine: str | None = None
         paths = [paths]
     runs, left = read_runs(paths)
     if not runs:
-        raise HistoryError("no complete runs under " + ", ".join(map(str, paths))
-                           + (f" (left out: {left[0]}" + (f"; and {len(left) - 1} more" if len(left) > 1 else "") + ")"
-                              if left else ""))
+        raise HistoryError(no_runs(paths, left))
     key, chosen = choose(runs, machine, suite)
     kept = {r.run_id for r in chosen}
     others = [f"{r.path}: {'/'.join(_name(r))}, another machine or suite" for r in runs if r.run_id not in kept]

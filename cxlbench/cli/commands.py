@@ -298,8 +298,7 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     from cxlbench.units import parse_fraction
     runs, left = hist.read_runs(paths)
     if not runs:
-        raise UserError("no complete runs under " + ", ".join(paths) + (f" (left out: {left[0]}" + (f"; and {len(left) - 1} more" if len(left) > 1 else "") + ")"
-                              if left else ""))
+        raise UserError(hist.no_runs(paths, left))
     cur = _resolve(runs, current or "latest", ", ".join(paths))
     if (current or "latest") == "latest":
         _newest_is_complete(paths, cur, left)
