@@ -245,3 +245,49 @@ def test_a_closed_stdout_and_a_deleted_current_directory_are_one_line_or_nothing
                           capture_output=True, text=True, env=env, timeout=120)
     assert gone.returncode == 2 and "Traceback" not in gone.stderr
     assert "the current directory no longer exists" in gone.stderr.splitlines()[-1]
+
+
+def test_a_second_ending_signal_while_the_first_is_handled_is_only_noted():
+    """systemd's TERM then HUP: the first is raised as Ctrl-C; the second must not land
+    in the middle of keeping what finished."""
+    import os
+    import signal
+    from cxlbench.cli.streams import standing
+    with standing() as stop:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)          # the handler runs before kill returns
+        os.kill(os.getpid(), signal.SIGHUP)             # handled: nothing raised
+    assert stop.signal == signal.SIGTERM
+
+
+@pytest.mark.parametrize("error, dropped", [(OSError(28, "No space left on device"), True),
+                                            (BlockingIOError(11, "Resource temporarily unavailable"), False)])
+def test_stderr_is_dropped_for_a_full_disk_but_not_for_a_busy_pipe(error, dropped):
+    from cxlbench.cli.streams import ReaderMayLeave
+
+    class Failing:
+        def write(self, text):
+            raise error
+
+        def fileno(self):
+            raise OSError("no descriptor")
+    notes = ReaderMayLeave(Failing(), notes_only=True)
+    if dropped:
+        assert notes.write("x") == 1 and notes.gone
+    else:
+        with pytest.raises(BlockingIOError):
+            notes.write("x")
+
+
+def test_dev_stdout_appended_by_the_shell_is_written_in_place_not_replaced(tmp_path):
+    """`cxlbench gate ... --json /dev/stdout >> log`: /dev/stdout resolves to log itself, a
+    regular file, which a rename would replace with the JSON alone."""
+    import subprocess
+    import sys
+    log = tmp_path / "log.txt"
+    log.write_text("earlier line\n")
+    code = "from pathlib import Path\nfrom cxlbench.results.store import atomic_write\n" \
+           "atomic_write(Path('/dev/stdout'), b'{\"json\": 1}\\n')\n"
+    with open(log, "a") as out:
+        subprocess.run([sys.executable, "-c", code], stdout=out, check=True, timeout=60)
+    assert log.read_text() == 'earlier line\n{"json": 1}\n'

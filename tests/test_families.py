@@ -147,3 +147,14 @@ def test_cpu_held_counts_waiting_as_not_held():
     from cxlbench.benchmarks.base import cpu_held
     result, held = cpu_held(1, lambda: time.sleep(0.05) or "done")
     assert result == "done" and held < 0.2          # asleep: someone else's time, as far as we know
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 1e308])
+def test_a_value_that_is_no_figure_fails_its_case_not_the_run(value):
+    """A division by a zero elapsed time gives inf: the case fails where it was measured,
+    before the run's files hold a value every reader would refuse as damage."""
+    from cxlbench.benchmarks.base import UndeclaredMetric, check_metrics
+    from cxlbench.results.schema import Sample
+    from fakes import family as fake
+    with pytest.raises(UndeclaredMetric, match="not a figure"):
+        check_metrics([Sample("latency_ns", value, 0, {})], fake)

@@ -201,3 +201,16 @@ def test_a_manifest_no_cluster_could_run_as_meant_is_refused_in_one_line(tmp_pat
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and says in err and not (tmp_path / "f.yaml").exists()
+
+
+def test_a_slurm_nodes_command_carries_the_store_options_where_run_takes_them(monkeypatch):
+    from cxlbench.cli.main import parser
+    from cxlbench.fleet.slurm import run_command
+    from cxlbench.results import location
+    location.configure(["endpoint_url=http://minio:9000"])
+    try:
+        cmd = run_command("quick", "s3://bench/fleet", "cxl-a", "f1", python="cxlbench")
+    finally:
+        location.configure([])
+    args = parser().parse_args(cmd[1:])                  # after the program
+    assert args.command == "run" and args.store_option == ["endpoint_url=http://minio:9000"]

@@ -35,7 +35,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from cxlbench.benchmarks.spec import Spec
-from cxlbench.results.schema import Case, Metric
+from cxlbench.results.schema import MOST_VALUE, Case, Metric
 from cxlbench.topology.model import Initiator, Machine, Tier
 
 
@@ -106,11 +106,15 @@ class UndeclaredMetric(Exception):
 
 
 def check_metrics(samples: list, module: ModuleType) -> list:
-    """The samples, each of a metric the family declares."""
+    """The samples, each of a metric the family declares and a finite value within
+    MOST_VALUE: a case that measured otherwise fails, its run does not."""
     for s in samples:
         if s.metric not in module.METRICS:
             raise UndeclaredMetric(f"{module.NAME} measured {s.metric!r}, which it does not declare "
                                    f"in METRICS ({', '.join(module.METRICS) or 'none'})")
+        if not abs(s.value) <= MOST_VALUE:            # NaN fails this too
+            raise UndeclaredMetric(f"{module.NAME} measured {s.metric} = {s.value!r}: not a figure "
+                                   f"(not finite, or past {MOST_VALUE:g})")
     return samples
 
 

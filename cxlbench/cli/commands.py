@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
@@ -301,7 +300,7 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
         raise UserError(hist.no_runs(paths, left))
     cur = _resolve(runs, current or "latest", ", ".join(paths))
     if (current or "latest") == "latest":
-        _newest_is_complete(paths, cur, left)
+        _newest_is_complete(cur, left)
     key, chosen = hist.choose(runs, like=cur)
     h = hist.build(chosen, key, left, _probes(normalize))
     if normalize:
@@ -322,28 +321,30 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     return verdict.exit_code
 
 
-def _newest_is_complete(paths: list[str], latest, left: list[str]) -> None:
-    """`gate --history` judges the newest run unless told which: where the newest is
-    partial or damaged, judging the complete one before it would pass a CI job on an
-    older run's figures, so it is refused in one line."""
+def _newest_is_complete(latest, left: list[str]) -> None:
+    """`gate --history` judges the newest run unless told which: where a newer run of the
+    same machine's folder is partial or damaged, judging the complete one before it would
+    pass a CI job on an older run's figures, so it is refused in one line. Only folders
+    the runner named (by their start time) are compared; one still being measured is
+    not in the way."""
     from cxlbench.results import location
-    from cxlbench.results.store import find_runs
-    newest = max((Path(d) for p in paths for d in find_runs(p) if not location.is_url(d)),
-                 key=_made, default=None)
-    if newest is None or newest.resolve() == Path(latest.path).resolve() or _made(newest) <= _made(Path(latest.path)):
+    if location.is_url(str(latest.path)):
         return
-    why = next((line for line in left if line.startswith(str(newest))), f"{newest}: not a complete run")
-    raise UserError(f"the newest run cannot be judged ({why}); the newest complete one is {latest.run_id}: "
-                    "name the run to judge with --current")
+    mine = Path(latest.path)
+    newer = sorted(d for d in mine.parent.iterdir()
+                   if d.is_dir() and _made(d) and _made(d) > (_made(mine) or "") and d.name != mine.name)
+    for d in reversed(newer):
+        why = next((line for line in left if line.startswith(str(d))), None)
+        if why is None or why.endswith("running, not complete"):
+            continue
+        raise UserError(f"the newest run cannot be judged ({why}); the newest complete one is {latest.run_id}: "
+                        "name the run to judge with --current")
 
 
-def _made(run_dir: Path) -> str:
-    """When a run was made, from its folder: the run id's UTC time where it starts
-    with one (what the runner names it), else the folder's modification time."""
+def _made(run_dir: Path) -> str | None:
+    """When the runner made a run, from the UTC time its folder's name starts with."""
     stamp = re.match(r"\d{8}T\d{6}Z", run_dir.name)
-    if stamp:
-        return stamp.group(0)
-    return datetime.fromtimestamp(run_dir.stat().st_mtime, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return stamp.group(0) if stamp else None
 
 
 def _rerunner(current: str, root: str):

@@ -10,38 +10,50 @@ command measured or turn its verdict into another exit status.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
 from dataclasses import dataclass
 
 
+#: what ends a stream for good besides its reader leaving (a non-blocking pipe's EAGAIN
+#: does not): a full disk, an I/O error
+GONE_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT)
+
+
 class ReaderMayLeave:
     """A stream whose reader may go: what is written after that is dropped, and the
     command goes on to write the files it was asked for and to exit with its verdict.
-    `also` are the errors besides a broken pipe that drop the stream: for stderr, which
-    carries progress and notes, a full disk too (2>/dev/full), since no note is worth the
-    measurement; stdout's output is what the user asked for, so only a reader leaving."""
+    With `notes_only` (stderr, which carries progress and notes) a full disk drops it too
+    (2>/dev/full), since no note is worth the measurement; stdout's output is what the
+    user asked for, so only a reader leaving drops it."""
 
-    def __init__(self, stream, also: tuple[type[OSError], ...] = ()):
+    def __init__(self, stream, notes_only: bool = False):
         self._stream = stream
-        self._drops = (BrokenPipeError, *also)
+        self._notes_only = notes_only
         self.gone = False
 
     def write(self, text: str) -> int:
         if not self.gone:
             try:
                 return self._stream.write(text)
-            except self._drops:
-                self._leave()
+            except OSError as e:
+                self._leave_or_raise(e)
         return len(text)
 
     def flush(self) -> None:
         if not self.gone:
             try:
                 self._stream.flush()
-            except self._drops:
-                self._leave()
+            except OSError as e:
+                self._leave_or_raise(e)
+
+    def _leave_or_raise(self, e: OSError) -> None:
+        ends = isinstance(e, BrokenPipeError) or (self._notes_only and e.errno in GONE_ERRNOS)
+        if not ends:
+            raise e
+        self._leave()
 
     def _leave(self) -> None:
         self.gone = True
@@ -103,9 +115,11 @@ def standing():
     stop = Stop()
     streams = sys.stdout, sys.stderr
     sys.stdout = ReaderMayLeave(streams[0])
-    sys.stderr = ReaderMayLeave(streams[1], also=(OSError,))
+    sys.stderr = ReaderMayLeave(streams[1], notes_only=True)
 
     def stopped(signum, _frame):
+        if stop.signal is not None:     # a second one (TERM then HUP): the first is being handled
+            return
         stop.signal = signum
         raise Stopped()
 

@@ -89,7 +89,7 @@ def run_command(suite: str, store: str, configuration: str, fleet_id: str, pytho
     """The single-machine run each node makes: the same cxlbench as the dispatcher's
     (its interpreter, on a shared file system as clusters have), into the store."""
     base = shlex.split(python) if python else [sys.executable, "-m", "cxlbench.cli.main"]
-    return [*base, *location.option_args(), "run", "--suite", suite, "--out", store,
+    return [*base, "run", *location.option_args(), "--suite", suite, "--out", store,
             "--config", configuration, "--label", f"fleet-{fleet_id}", "--no-report", *extra]
 
 

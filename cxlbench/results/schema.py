@@ -11,6 +11,11 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
+#: a bound no measured figure comes near (ns, bytes/s, tokens/s, IOPS all sit far below):
+#: past it, or not finite, a value is a fault (a division by a zero time). A case that
+#: measures one fails (benchmarks.base.check_metrics); a file that holds one is damaged.
+MOST_VALUE = 1e30
+
 CORE_COLUMNS = [
     "run_id", "case_id", "benchmark", "initiator", "target", "tier_kind",
     "metric", "value", "unit", "better", "repetition",

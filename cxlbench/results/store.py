@@ -36,7 +36,7 @@ import pandas as pd
 from cxlbench.results import location
 from cxlbench.results.location import ResultsError  # noqa: F401  (its home for callers)
 
-from cxlbench.results.schema import (COMPLETE, CORE_COLUMNS, PARTIAL, RUNNING, SCHEMA_VERSION,
+from cxlbench.results.schema import (COMPLETE, CORE_COLUMNS, MOST_VALUE, PARTIAL, RUNNING, SCHEMA_VERSION,
                                      CaseResult, sample_rows)
 
 RUN_JSON, SAMPLES, PARTS = "run.json", "samples.parquet", "parts"
@@ -63,44 +63,47 @@ def new_run_id(label: str | None = None) -> str:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """`data` as the whole of `path`, which a reader sees complete or not at all. Through
-    a symlink to what it names; to a device or a FIFO (-o /dev/stdout) in place, since
-    there is no file to replace."""
-    def write(target: str | Path) -> None:
-        with open(target, "wb") as f:
-            f.write(data)
-            f.flush()
-            if os.path.isfile(target):
-                os.fsync(f.fileno())
-    _written(Path(path), write)
-
-
-def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
-    _written(path, lambda target: frame.to_parquet(target, index=False))
-
-
-def _written(path: Path, write) -> None:
-    """write(target) to a temporary file beside `path`, renamed over it when whole, with
-    the mode the replaced file had (a new one: what the umask leaves of 0666, as open()
-    gives; mkstemp's 0600 would hide a published page from the server that serves it)."""
+    """`data` as the whole of `path`, which a reader sees complete or not at all: written
+    to a temporary file beside it and renamed over it when whole, with the mode the
+    replaced file had (a new one: what the umask leaves of 0666, as open() gives;
+    mkstemp's 0600 would hide a published page from the server that serves it). Through
+    a symlink to what it names. A device, a FIFO or a stream the shell opened
+    (-o /dev/stdout, `>> log`) is written in place, appended to: there is no file to
+    replace, and reopening it to write from the start would cut what is already there."""
+    path = Path(path)
     try:
         st = os.stat(path)                     # follows a link
     except FileNotFoundError:
         st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        write(path)
+    if (st is not None and not stat.S_ISREG(st.st_mode)) or _a_stream(path):
+        with open(path, "ab") as f:
+            f.write(data)
         return
     path = Path(os.path.realpath(path))
     mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
     try:
-        write(tmp)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    atomic_write(path, buf.getvalue())
+
+
+def _a_stream(path: Path) -> bool:
+    """/dev/stdout and its kin name a stream the shell opened (`>> log`): written in
+    place, never replaced, though the file behind them is a regular one."""
+    return os.path.abspath(path).startswith(("/dev/", "/proc/"))
 
 
 def _umask() -> int:
@@ -332,10 +335,6 @@ def _read_parquet(path: Path | str, source: Any = None) -> pd.DataFrame:
                            f"(the first {frame['value'][wild].iloc[0]:g}), which no figure reaches")
     return frame
 
-
-#: a bound no measured figure comes near (ns, bytes/s, tokens/s, IOPS all sit far below):
-#: a value past it is damage, and squaring it in the statistics would overflow
-MOST_VALUE = 1e30
 
 
 def _read_parts(run_dir: Path) -> pd.DataFrame:

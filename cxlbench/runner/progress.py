@@ -2,6 +2,7 @@
 how the cases so far compared with their estimates."""
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -10,6 +11,14 @@ import time
 def _clock(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _columns(stream) -> int:
+    """The width of the terminal the stream writes to (stderr's, with stdout piped to tee)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size((120, 24)).columns
 
 
 class Progress:
@@ -35,7 +44,7 @@ class Progress:
             bar = "#" * filled + "." * (width - filled)
             line = f"[{bar}] {self.index}/{n}  {label[:60]:<60}  left ~{_clock(self.eta())}"
             # one terminal line at most: a line that wraps is not redrawn by \r, it piles up
-            cols = shutil.get_terminal_size((120, 24)).columns
+            cols = _columns(self.stream)
             self.stream.write("\r\033[K" + line[:max(cols - 1, 20)])
             self.stream.flush()
 
