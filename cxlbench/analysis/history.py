@@ -310,10 +310,15 @@ def no_runs(paths: Iterable[str | Path], left: list[str]) -> str:
     return "no complete runs under " + ", ".join(map(str, paths)) + (f" (left out: {left[0]}{more})" if left else "")
 
 
+def has_sentinels(run: Run) -> bool:
+    """Whether the run visited drift sentinels (what --normalize divides by)."""
+    return not drift.trace(run.samples, run.meta).empty
+
+
 def _with_sentinels(runs: list[Run], key: tuple[str, str, str], left_out: list[str]) -> tuple[list[Run], list[str]]:
     """The runs that recorded drift sentinels, to be judged relative to them; the others
     left out and named (mixed with raw figures they would compare unlike with like)."""
-    kept = [r for r in runs if not drift.trace(r.samples, r.meta).empty]
+    kept = [r for r in runs if has_sentinels(r)]
     if not kept:
         raise HistoryError(f"none of the {len(runs)} runs of {key[0]}/{key[1]} has drift sentinels to normalise by "
                            "(made before them, or with sentinels = false): drop --normalize")

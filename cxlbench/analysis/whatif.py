@@ -540,17 +540,17 @@ def reach(share: Callable[[int], float], target: float) -> Reach:
     again, finds where it falls back the same way."""
     reaches = lambda k: share(k) >= target          # noqa: E731
     counts = _counts()
-    best, below = 1, 0
+    best, best_share = 1, -math.inf
     for i, k in enumerate(counts):
-        if reaches(k):
-            least = _boundary(reaches, below, k)
+        s = share(k)
+        if s >= target:
+            least = _boundary(reaches, counts[i - 1] if i else 0, k)
             if reaches(MAX_ACCUMULATE):
                 return Reach(least)
-            after = next(j for j in counts[i:] if not reaches(j))
-            return Reach(least, until=_boundary(reaches, counts[counts.index(after) - 1], after) - 1)
-        below = k
-        if share(k) > share(best):
-            best = k
+            j = next(j for j in range(i, len(counts)) if not reaches(counts[j]))
+            return Reach(least, until=_boundary(reaches, counts[j - 1], counts[j]) - 1)
+        if s > best_share:
+            best, best_share = k, s
     return Reach(None, best=best, past=reaches(LIMIT_COUNT))
 
 

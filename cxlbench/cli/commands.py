@@ -303,10 +303,8 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
         _newest_is_complete(cur, left)
     key, chosen = hist.choose(runs, like=cur)
     h = hist.build(chosen, key, left, _probes(normalize))
-    if normalize:
-        from cxlbench.analysis import drift
-        if drift.trace(cur.samples, cur.meta).empty:
-            raise UserError(f"{cur.run_id} has no drift sentinels to normalise by: judge it without --normalize")
+    if normalize and not hist.has_sentinels(cur):
+        raise UserError(f"{cur.run_id} has no drift sentinels to normalise by: judge it without --normalize")
     later = h.runs["run_id"].tolist()[h.runs["run_id"].tolist().index(cur.run_id) + 1:] \
         if cur.run_id in h.paths else []
     refs = later if confirm == ["later"] else (confirm or [])
@@ -366,7 +364,7 @@ def calibrate(run_a: str, run_b: str, thresholds_out: str | None = None) -> int:
     from cxlbench.analysis import calibrate as run_calibrate
     if Path(run_a).resolve() == Path(run_b).resolve():
         raise UserError("calibrate needs two runs of the same suite (an A/A pair), not one run twice")
-    if thresholds_out and Path(thresholds_out).exists() and Path(thresholds_out).is_file():
+    if thresholds_out and Path(thresholds_out).is_file():
         raise UserError(f"--write-thresholds {thresholds_out}: the file exists, and a thresholds file may be "
                         "tuned by hand: name a new file (and merge what you want to keep)")
     cal = run_calibrate(run_a, run_b)

@@ -336,7 +336,6 @@ def _read_parquet(path: Path | str, source: Any = None) -> pd.DataFrame:
     return frame
 
 
-
 def _read_parts(run_dir: Path) -> pd.DataFrame:
     parts = sorted((run_dir / PARTS).glob("*.parquet"))
     frames = [_read_parquet(p) for p in parts]
@@ -383,12 +382,15 @@ _META_SHAPES = [("machine", "dict", "a machine record"), ("versions", "dict", "a
                 ("machine_name", "str", "text"), ("hostname", "str", "text"), ("status", "str", "text"),
                 ("started", "str", "a time"), ("ended", "str", "a time")]
 #: the machine record's parts, the same way
-_MACHINE_SHAPES = [("cpu", "dict"), ("nodes", "dict"), ("environment", "dict"), ("memory_tiers", "dict"),
-                   ("hugepages", "dict"), ("cxl_memdevs", "list"), ("cxl_regions", "list"), ("edac", "list"),
-                   ("gpus", "records"), ("block_devices", "records"), ("hostname", "str"), ("root", "str")]
+_MACHINE_SHAPES = [("cpu", "dict", "a table"), ("nodes", "dict", "a table"), ("environment", "dict", "a table"),
+                   ("memory_tiers", "dict", "a table"), ("hugepages", "dict", "a table"),
+                   ("cxl_memdevs", "list", "a list"), ("cxl_regions", "list", "a list"), ("edac", "list", "a list"),
+                   ("gpus", "records", "a list of records"), ("block_devices", "records", "a list of records"),
+                   ("hostname", "str", "text"), ("root", "str", "text")]
 #: each case record's parts
-_CASE_SHAPES = [("case_id", "str"), ("benchmark", "str"), ("initiator", "str"), ("target", "str"),
-                ("tier_kind", "str"), ("params", "dict"), ("status", "str"), ("reason", "str"), ("info", "dict")]
+_CASE_SHAPES = [(key, "str", "text") for key in ("case_id", "benchmark", "initiator", "target", "tier_kind",
+                                                 "status", "reason")] + \
+    [("params", "dict", "a table"), ("info", "dict", "a table")]
 
 
 def _shaped(value: Any, kind: str) -> bool:
@@ -401,10 +403,10 @@ def _shaped(value: Any, kind: str) -> bool:
     return isinstance(value, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in value)
 
 
-def _misshapen(record: dict, shapes) -> str | None:
-    """The first part of `record` that is there but not of its shape."""
-    return next((key for key, kind, *_ in shapes if record.get(key) is not None and not _shaped(record[key], kind)),
-                None)
+def _misshapen(record: dict, shapes) -> tuple[str, str] | None:
+    """(the first part of `record` that is there but not of its shape, what it should be)."""
+    return next(((key, what) for key, kind, what in shapes
+                 if record.get(key) is not None and not _shaped(record[key], kind)), None)
 
 
 def _parse_meta(text: bytes, where: Any, run_dir: Any) -> dict[str, Any]:
@@ -419,18 +421,16 @@ def _parse_meta(text: bytes, where: Any, run_dir: Any) -> dict[str, Any]:
     cases = meta.get("cases", [])
     if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
         raise ResultsError(f"{where} is damaged: cases is not a list of case records")
-    for key, kind, what in _META_SHAPES:
-        if meta.get(key) is not None and not _shaped(meta[key], kind):
-            raise ResultsError(f"{where} is damaged: its {key} is not {what}")
+    bad = _misshapen(meta, _META_SHAPES)
+    if bad:
+        raise ResultsError(f"{where} is damaged: its {bad[0]} is not {bad[1]}")
     bad = _misshapen(meta.get("machine") or {}, _MACHINE_SHAPES)
     if bad:
-        raise ResultsError(f"{where} is damaged: its machine record's {bad} is not a "
-                           f"{dict(_MACHINE_SHAPES)[bad].replace('records', 'list of records').replace('dict', 'table')}")
+        raise ResultsError(f"{where} is damaged: its machine record's {bad[0]} is not {bad[1]}")
     for i, case in enumerate(cases):
         bad = _misshapen(case, _CASE_SHAPES)
         if bad:
-            raise ResultsError(f"{where} is damaged: case {i + 1}'s {bad} is {case[bad]!r}, not "
-                               f"{'a table' if dict(_CASE_SHAPES)[bad] == 'dict' else 'text'}")
+            raise ResultsError(f"{where} is damaged: case {i + 1}'s {bad[0]} is {case[bad[0]]!r}, not {bad[1]}")
     if meta["schema_version"] > SCHEMA_VERSION:
         raise ResultsError(f"{run_dir} was written by a newer cxlbench (schema "
                            f"{meta['schema_version']}); upgrade to read it")
