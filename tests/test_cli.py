@@ -247,6 +247,21 @@ def test_a_closed_stdout_and_a_deleted_current_directory_are_one_line_or_nothing
     assert "the current directory no longer exists" in gone.stderr.splitlines()[-1]
 
 
+def test_an_interpreter_without_the_dependencies_gets_one_line_naming_them():
+    """`python3 -m cxlbench.cli.main` from a bare interpreter (no `make setup`) failed with
+    a traceback from an import deep in the results store."""
+    import os
+    import subprocess
+    import sys
+    hide = "import sys; sys.modules['pandas'] = sys.modules['scipy'] = None; " \
+           "from cxlbench.cli.main import main; sys.exit(main(['run', '--list', '--suite', 'quick']))"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    bare = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, env=env, timeout=120)
+    assert bare.returncode == 2 and "Traceback" not in bare.stderr, bare.stderr
+    line, = bare.stderr.strip().splitlines()
+    assert "pandas, scipy are not installed" in line and "make setup" in line
+
+
 def test_a_second_ending_signal_while_the_first_is_handled_is_only_noted():
     """systemd's TERM then HUP: the first is raised as Ctrl-C; the second must not land
     in the middle of keeping what finished."""

@@ -7,6 +7,7 @@ traceback. Measured work is already on disk when such an error is printed.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import signal
 import sys
 
@@ -15,6 +16,21 @@ from cxlbench.cli import commands
 from cxlbench.cli.argtypes import fraction, machine_root, out_file, results_dir, seconds, whole
 from cxlbench.cli.commands import UserError
 from cxlbench.cli.streams import missing_directory, prepare_streams, standing
+
+
+# What every command imports (pyproject's dependencies, less torch: the training
+# families record a skip without it). Found before anything runs, so a bare
+# interpreter says what is missing instead of a traceback from deep in an import.
+REQUIRED = ("numpy", "pandas", "pyarrow", "jinja2", "matplotlib", "scipy")
+
+
+def missing_requirements() -> str | None:
+    """Why this interpreter cannot run cxlbench (None when it can), in one line."""
+    missing = [name for name in REQUIRED if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed for {sys.executable}: "
+            "run `make setup` and use .venv/bin/cxlbench, or `pip install -e .` in this checkout")
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
@@ -203,7 +219,8 @@ def _gate(a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     prepare_streams()
-    cannot = missing_directory()            # before the parser: its path types resolve against it
+    # before the parser: its path types resolve against the current directory
+    cannot = missing_directory() or missing_requirements()
     if cannot:
         print(f"cxlbench: error: {cannot}", file=sys.stderr)
         return 2
