@@ -262,6 +262,37 @@ def test_an_interpreter_without_the_dependencies_gets_one_line_naming_them():
     assert "pandas, scipy are not installed" in line and "make setup" in line
 
 
+@pytest.fixture
+def unwritable(tmp_path):
+    """A folder this process cannot write: a read-only mount as root (who may write
+    any folder whatever its mode), a mode of 0555 otherwise."""
+    import os
+    import subprocess
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() != 0:
+        ro.chmod(0o555)
+        yield ro
+        ro.chmod(0o755)
+        return
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("root here cannot mount a read-only tmpfs, and may write any folder")
+    yield ro
+    subprocess.run(["umount", str(ro)], check=True)
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(capsys, unwritable):
+    """`gate --json` into a read-only folder printed the verdict, then ended with exit 2
+    for the file: a CI job read a regression's exit 1 as a bad argument."""
+    base, cur = _pair(unwritable.parent)
+    with pytest.raises(SystemExit) as ended:
+        main(["gate", "--baseline", str(base), "--current", str(cur), "--json", str(unwritable / "v" / "g.json")])
+    err = capsys.readouterr()
+    assert ended.value.code == 2 and err.out == ""
+    assert f"{unwritable} is not writable here" in err.err and len(err.err.strip().splitlines()) == 1
+
+
 def test_a_second_ending_signal_while_the_first_is_handled_is_only_noted():
     """systemd's TERM then HUP: the first is raised as Ctrl-C; the second must not land
     in the middle of keeping what finished."""
