@@ -131,11 +131,90 @@ def test_the_lock_file_says_who_holds_it_and_nobody_after(tmp_path, monkeypatch)
     assert (tmp_path / "l").read_text() == ""
 
 
-def test_the_default_lock_is_machine_wide_under_run_lock(monkeypatch):
+def test_the_default_lock_is_machine_wide_under_run_lock_and_in_tmp(monkeypatch):
     monkeypatch.delenv(lock.ENV, raising=False)
-    if not os.access("/run/lock", os.W_OK):
-        pytest.skip("/run/lock is not writable here")
-    assert lock.path() == Path("/run/lock/cxlbench.lock")
+    if not all(os.access(d, os.W_OK) for d in ("/run/lock", "/tmp")):
+        pytest.skip("/run/lock or /tmp is not writable here")
+    assert lock.paths() == [Path("/run/lock/cxlbench.lock"), Path("/tmp/cxlbench.lock")]
+
+
+AS = """
+import sys
+from cxlbench.runner import lock
+lock.DIRS = (sys.argv[2], sys.argv[3])
+with lock.measuring(sys.argv[4]):
+    print("held", flush=True)
+    open(sys.argv[1], "a").write(sys.argv[4] + " measuring\\n")
+    sys.stdin.readline()
+    open(sys.argv[1], "a").write(sys.argv[4] + " done\\n")
+"""
+
+
+def _as(who: str, log: Path, dirs: tuple[Path, Path]) -> subprocess.Popen:
+    """A measurement as root, or as a user who cannot make files in the first folder
+    (systemd's /run/lock, 0755 root's): that folder read-only in its own mount namespace."""
+    env = {k: v for k, v in os.environ.items() if k != lock.ENV}
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{REPO / 'tests'}"
+    python = [sys.executable, "-c", AS, str(log), *map(str, dirs), who]
+    if who == "user":
+        first = dirs[0]
+        python = ["unshare", "-m", "sh", "-c", f"mount --bind {first} {first} && "
+                  f"mount -o remount,bind,ro {first} && exec \"$@\"", "sh", *python]
+    return subprocess.Popen(python, env=env, text=True, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _first_line(p: subprocess.Popen) -> tuple[str, str]:
+    """Which stream says something first, and what: a measurement that does not wait
+    prints "held" and blocks on its stdin (a minute's guard, never a timing)."""
+    import selectors
+    with selectors.DefaultSelector() as sel:
+        sel.register(p.stdout, selectors.EVENT_READ, "stdout")
+        sel.register(p.stderr, selectors.EVENT_READ, "stderr")
+        ready = sel.select(timeout=60)
+    if not ready:
+        p.kill()
+        return "", "nothing within a minute"
+    key = ready[0][0]
+    return key.data, key.fileobj.readline()
+
+
+@pytest.mark.parametrize("first", ["user", "root"])
+def test_root_and_a_user_who_cannot_write_run_lock_still_measure_one_at_a_time(tmp_path, first):
+    """Where /run/lock is root's alone, a user's lock went to /tmp and root's to
+    /run/lock: the two measured at once, each half a CPU, and neither said so."""
+    if os.geteuid() != 0 or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        pytest.skip("needs root and mount namespaces (unshare -m) to stand in for a user")
+    dirs = (tmp_path / "run-lock", tmp_path / "tmp")
+    for d in dirs:
+        d.mkdir()
+    log = tmp_path / "log"
+    second = "root" if first == "user" else "user"
+    a = _as(first, log, dirs)
+    assert a.stdout.readline().strip() == "held", a.stderr.read()
+    b = _as(second, log, dirs)
+    said = _first_line(b)                          # "waiting ..." is said before it blocks
+    assert said[0] == "stderr" and "waiting for" in said[1], f"{second} did not wait: {said}"
+    a.stdin.write("go\n")
+    a.stdin.flush()
+    assert a.wait() == 0
+    b.stdin.write("go\n")
+    b.stdin.flush()
+    assert b.wait() == 0, b.stderr.read()
+    assert log.read_text().splitlines() == [f"{first} measuring", f"{first} done",
+                                            f"{second} measuring", f"{second} done"]
+
+
+@pytest.mark.parametrize("named, says", [("rel.lock", "is not an absolute path"),
+                                         ("/nonexistent-dir/x.lock", "no measurement lock file could be opened"),
+                                         ("{tmp}", "no measurement lock file could be opened")])
+def test_a_lock_file_that_cannot_be_shared_is_refused_in_one_line(tmp_path, capsys, monkeypatch, named, says):
+    """A relative CXLBENCH_LOCK is a different file from each folder: runs started from
+    two folders measured at once."""
+    monkeypatch.setenv(lock.ENV, named.format(tmp=tmp_path))
+    code = main(["run", "--suite", _suite(tmp_path), "--out", str(tmp_path / "r"), "--no-report"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and says in err[0] and lock.ENV in err[0]
 
 
 def test_the_holder_names_itself_as_the_command_a_person_typed():

@@ -15,8 +15,13 @@ to clean up, no pid to check. The file lives in /run/lock, the directory the FHS
 sets aside for lock files: a tmpfs that every process of the machine sees. /tmp
 is not that everywhere: a systemd service with PrivateTmp=yes (a CI runner, say)
 has its own /tmp, and a lock there would not keep it from measuring beside a
-terminal's run. Where /run/lock is missing or not writable (some containers),
-/tmp is the fallback. CXLBENCH_LOCK names another file (the tests give each
+terminal's run. But /run/lock is not every user's either: systemd makes it root's
+alone (0755; Debian makes it 1777), so a user could not make the file there, and
+a lock only in /tmp for users and only in /run/lock for root let root's run and a
+user's measure at once. So a measurement holds the file in each of /run/lock and
+/tmp that it can open, always in that order (no two can deadlock): root makes and
+holds both, a user holds /tmp's and /run/lock's once root has made it (0666), so
+any two share one. CXLBENCH_LOCK names one file instead (the tests give each
 session its own, so they never wait on a real run of the machine).
 """
 from __future__ import annotations
@@ -41,14 +46,17 @@ class Busy(Exception):
     """Another measurement holds the lock and this one was told not to wait."""
 
 
-def path() -> Path:
-    """The lock file: $CXLBENCH_LOCK, else in the first of DIRS this process can write."""
-    if os.environ.get(ENV):
-        return Path(os.environ[ENV])
-    for d in DIRS:
-        if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
-            return Path(d) / NAME
-    return Path(DIRS[-1]) / NAME
+def paths() -> list[Path]:
+    """The lock files to hold, in the order to take them: $CXLBENCH_LOCK alone, else
+    each of DIRS's that is there or that this process could make."""
+    named = os.environ.get(ENV, "").strip()
+    if named:
+        if not os.path.isabs(named):     # each folder it is run from would have its own lock
+            raise OSError(f"{ENV}={os.environ[ENV]!r} is not an absolute path: every measurement "
+                          "must name the same file")
+        return [Path(named)]
+    return [Path(d) / NAME for d in DIRS
+            if os.path.exists(Path(d) / NAME) or (os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK))]
 
 
 def command_text(argv: list[str], fallback: str) -> str:
@@ -71,13 +79,16 @@ def holder_text(fd: int) -> str:
         return "another process (it did not say which)"
 
 
-def _open(p: Path) -> tuple[int, bool]:
+def _open(p: Path) -> tuple[int, bool] | None:
     """The lock file open for writing (to say who holds it) when we may, else read-only
-    (flock works on either); created readable and writable by every user."""
+    (flock works on either), None where neither; made readable and writable by every user."""
     try:
         fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:          # another user's file: lock it, but say nothing in it
-        return os.open(p, os.O_RDONLY), False
+    except OSError:                 # another user's file, a read-only mount: lock it, say nothing in it
+        try:
+            return (os.open(p, os.O_RDONLY), False) if not os.path.isdir(p) else None
+        except OSError:
+            return None
     try:
         if os.fstat(fd).st_uid == os.geteuid():
             os.fchmod(fd, 0o666)     # umask took the others' write bit: give it back
@@ -106,27 +117,48 @@ def measuring(command: str, wait: bool = True,
         finally:
             _held -= 1
         return
-    p = path()
-    fd, writable = _open(p)
+    held: list[tuple[int, bool]] = []
+    waited = False
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            who = holder_text(fd)
-            if not wait:
-                raise Busy(f"another measurement is running on this machine: {who} (lock {p}); "
-                           f"without --no-wait this waits for it") from None
-            say(f"cxlbench: waiting for {who} to finish: one measurement at a time (lock {p})")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        for p in paths():
+            opened = _open(p)
+            if opened is not None:
+                held.append(opened)
+                waited = _take(opened[0], p, wait, say) or waited
+        if not held:
+            where = f"{ENV}={paths()[0]}" if os.environ.get(ENV, "").strip() else " or ".join(DIRS)
+            raise OSError(f"no measurement lock file could be opened ({where}): set {ENV} to a file "
+                          "every measuring user can open")
+        if waited:
             say("cxlbench: the other measurement finished; measuring")
-        if writable:
-            _say_who(fd, command)
+        for fd, writable in held:
+            if writable:
+                _say_who(fd, command)
         _held = 1
         try:
             yield
         finally:
             _held = 0
-            if writable:
-                os.ftruncate(fd, 0)     # nobody holds it: a later reader finds no name
+            for fd, writable in held:
+                if writable:
+                    os.ftruncate(fd, 0)     # nobody holds it: a later reader finds no name
     finally:
-        os.close(fd)                    # the lock goes with the file (and with a crash)
+        for fd, _ in held:
+            os.close(fd)                    # the lock goes with the file (and with a crash)
+
+
+def _take(fd: int, p: Path, wait: bool, say: Callable[[str], None]) -> bool:
+    """flock one file, saying whom we wait for (True: we waited); Busy when told not
+    to wait."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        pass
+    who = holder_text(fd)
+    if not wait:
+        raise Busy(f"another measurement is running on this machine: {who} (lock {p}); "
+                   f"without --no-wait this waits for it")
+    say(f"cxlbench: waiting for {who} to finish: one measurement at a time (lock {p})")
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return True
