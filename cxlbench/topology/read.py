@@ -23,9 +23,10 @@ def hostname(root: str) -> str:
 
 
 class MachineReadError(ValueError):
-    """A file under the root is not in the format the kernel writes (a hand-made
-    fixture tree, most likely): one line naming the root, not a traceback. Only
-    that: a library's error while probing GPUs stays what it is."""
+    """The tree under the root is not what the kernel writes (a malformed file, a
+    node's file absent or unreadable, no NUMA nodes at all: a hand-made fixture
+    tree, a container masking /sys): one line naming the root, not a traceback.
+    Only that: a library's error while probing GPUs stays what it is."""
 
 
 def read_machine(root: str = "/", probe_gpus: bool = True) -> Machine:

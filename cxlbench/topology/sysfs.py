@@ -72,7 +72,8 @@ def resolve(root: str, path: str) -> str:
 
 
 class SysfsFormatError(ValueError):
-    """A file is not in the format the kernel writes (a hand-made fixture tree, most likely)."""
+    """The tree is not what the kernel writes: a file in another format, or one the
+    kernel always writes absent or unreadable (a hand-made fixture tree, a masked /sys)."""
 
 
 #: Linux's largest CONFIG_NR_CPUS (x86_64 MAXSMP): no CPU or node number reaches it
