@@ -3,6 +3,7 @@ unreadable or malformed) is refused in one line naming what is wrong: read
 leniently, it planned nothing, or planned the wrong memory under a tier's name."""
 from __future__ import annotations
 
+import builtins
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from cxlbench.cli.main import main
 from cxlbench.topology import read_machine
 from cxlbench.topology.read import MachineReadError
+from cxlbench.topology import sysfs
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NODES = "sys/devices/system/node"
@@ -30,6 +32,16 @@ def refused(capsys, root: Path, *command: str) -> str:
     assert code == 2, (command, out, err)
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     return err
+
+
+def unreadable(monkeypatch, name: str):
+    """Opening files named `name` fails as for a non-root reader of a mode-000 file
+    (root reads those regardless, so the mode cannot be used here)."""
+    def fake_open(path, *args, **kwargs):
+        if str(path).endswith(name):
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
+    monkeypatch.setattr(sysfs, "open", fake_open, raising=False)
 
 
 # --- no NUMA nodes at all ---------------------------------------------------------------
@@ -53,3 +65,30 @@ def test_the_library_refuses_a_machine_without_numa_nodes_naming_the_root(root):
     shutil.rmtree(root / NODES)
     with pytest.raises(MachineReadError, match=rf"under {root}: .*shows no NUMA nodes"):
         read_machine(str(root), probe_gpus=False)
+
+
+# --- a node's meminfo ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, words", [
+    ("garbage\n", "node1/meminfo holds 'garbage', not the node's 'MemTotal: N kB'"),
+    ("", "node1/meminfo is empty, without the node's 'MemTotal: N kB'"),
+    ("Node 1 MemTotal:       268435456 kB\n", "node1/meminfo holds 'Node 1 MemTotal"),   # MemFree gone
+])
+def test_a_malformed_node_meminfo_is_one_line_naming_it_not_a_node_of_0_bytes(capsys, root, text, words):
+    """Read as 0 B, the node's ddr tier silently left the plan."""
+    (root / NODES / "node1/meminfo").write_text(text)
+    for command in ("topology", "doctor"):
+        assert words in refused(capsys, root, command)
+
+
+def test_an_unreadable_node_meminfo_is_one_line_naming_it(capsys, root, monkeypatch):
+    unreadable(monkeypatch, "node1/meminfo")
+    assert "/sys/devices/system/node/node1/meminfo cannot be read: Permission denied" in \
+        refused(capsys, root, "topology")
+
+
+def test_a_node_that_has_no_memory_still_reads_as_one(root):
+    """A memory-less node writes MemTotal: 0 kB: that is a fact, not a malformed file."""
+    (root / NODES / "node1/meminfo").write_text("Node 1 MemTotal: 0 kB\nNode 1 MemFree: 0 kB\n")
+    node = read_machine(str(root), probe_gpus=False).nodes[1]
+    assert node.mem_total_bytes == 0 and not node.has_memory and node.has_cpu

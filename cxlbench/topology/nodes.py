@@ -4,7 +4,7 @@ from __future__ import annotations
 from .hmat import read_hmat
 from .hugepages import node_pools
 from .model import Node
-from .sysfs import SysfsFormatError, meminfo_bytes, numbered, parse_cpulist, read_text
+from .sysfs import SysfsFormatError, meminfo_bytes, numbered, parse_cpulist, read_required, read_text
 
 NODE_DIR = "/sys/devices/system/node"
 TIER_DIR = "/sys/devices/virtual/memory_tiering"
@@ -34,14 +34,26 @@ def tier_of(node: int, tiers: dict[int, list[int]]) -> int | None:
     return next((tier for tier, nodes in tiers.items() if node in nodes), None)
 
 
+def read_meminfo(root: str, node: int) -> tuple[int, int]:
+    """(MemTotal, MemFree) of a node in bytes. Read as 0, a node's memory would
+    drop its tier from the plan without a word, so a meminfo without them is refused."""
+    path = f"{NODE_DIR}/node{node}/meminfo"
+    text = read_required(root, path)
+    total, free = meminfo_bytes(text, "MemTotal"), meminfo_bytes(text, "MemFree")
+    if total is None or free is None:
+        held = f"holds {text.splitlines()[0][:60]!r}, not" if text else "is empty, without"
+        raise SysfsFormatError(f"{path} {held} the node's 'MemTotal: N kB' and 'MemFree: N kB' lines")
+    return total, free
+
+
 def read_node(root: str, node: int, ids: list[int], tiers: dict[int, list[int]]) -> Node:
     d = f"{NODE_DIR}/node{node}"
-    meminfo = read_text(root, f"{d}/meminfo")
+    total, free = read_meminfo(root, node)
     return Node(
         id=node,
         cpus=parse_cpulist(read_text(root, f"{d}/cpulist")),
-        mem_total_bytes=meminfo_bytes(meminfo, "MemTotal") or 0,
-        mem_free_bytes=meminfo_bytes(meminfo, "MemFree") or 0,
+        mem_total_bytes=total,
+        mem_free_bytes=free,
         distances=read_distances(root, node, ids),
         hugepages=node_pools(root, node),
         hmat=read_hmat(root, node),

@@ -3,7 +3,7 @@
 Every reader in this package goes through these so that tests can point the
 whole topology layer at a fixture tree. Missing or unreadable files answer
 None (or an empty list): a kernel that lacks a feature is a fact to record,
-not an error.
+not an error. The few files every kernel writes go through read_required.
 """
 from __future__ import annotations
 
@@ -23,6 +23,19 @@ def read_text(root: str, path: str) -> str | None:
             return f.read().strip()
     except OSError:
         return None
+
+
+def read_required(root: str, path: str) -> str:
+    """The stripped contents of a file the kernel always writes (a node's meminfo, cpulist).
+
+    Absent or unreadable, it is not a feature this kernel lacks but a view of the
+    machine that cannot be trusted: read as empty, it would move what is measured.
+    """
+    try:
+        with open(under(root, path), encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError as e:
+        raise SysfsFormatError(f"{path} cannot be read: {e.strerror or e}") from None
 
 
 def read_int(root: str, path: str) -> int | None:
