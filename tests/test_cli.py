@@ -293,6 +293,49 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(capsys, unw
     assert f"{unwritable} is not writable here" in err.err and len(err.err.strip().splitlines()) == 1
 
 
+def test_a_process_that_cannot_start_threads_is_told_so_before_anything_runs():
+    """At a low process or address-space limit pyarrow hung reading a run while the run
+    held the machine's lock, and OpenBLAS raised SIGINT into scipy's import: the command
+    said 'interrupted'. Here the address space is capped a little above what the
+    interpreter holds, so thread stacks run out (root is exempt from ulimit -u, not -v)."""
+    import os
+    import subprocess
+    import sys
+    cap = "import resource, re; " \
+          "vm = int(re.search(r'VmSize:\\s+(\\d+)', open('/proc/self/status').read())[1]) * 1024; " \
+          "from cxlbench.cli.main import main; " \
+          "resource.setrlimit(resource.RLIMIT_AS, (vm + (48 << 20), resource.RLIM_INFINITY)); " \
+          "sys.exit(main(['run', '--list', '--suite', 'quick']))"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    capped = subprocess.run([sys.executable, "-c", "import sys; " + cap], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert capped.returncode == 2 and "Traceback" not in capped.stderr, capped.stderr
+    line, = capped.stderr.strip().splitlines()
+    assert "cannot start 16 threads" in line and "ulimit -v" in line
+
+
+def test_commands_run_with_docstrings_stripped():
+    """PYTHONOPTIMIZE=2 (python -OO) strips __doc__, which the parser's description was
+    cut from: every command failed with an AttributeError."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    r = subprocess.run([sys.executable, "-OO", "-m", "cxlbench.cli.main", "run", "--list", "--suite", "quick"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and "latency" in r.stdout, r.stderr
+
+
+def test_running_out_of_memory_is_one_line_saying_so(capsys, monkeypatch):
+    from cxlbench.cli import commands
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError()
+    monkeypatch.setattr(commands, "topology", exhausted)
+    code, out, err = run_cli(capsys, "topology")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "out of memory (MemoryError)" in err
+
+
 def test_a_second_ending_signal_while_the_first_is_handled_is_only_noted():
     """systemd's TERM then HUP: the first is raised as Ctrl-C; the second must not land
     in the middle of keeping what finished."""

@@ -7,44 +7,46 @@ traceback. Measured work is already on disk when such an error is printed.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import os
 import signal
 import sys
+
+# numpy's and scipy's OpenBLAS start a thread per CPU at import: idle beside a timed
+# loop, and where threads run short one it cannot start is raised as SIGINT.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from cxlbench.version import __version__
 from cxlbench.cli import commands
 from cxlbench.cli.argtypes import fraction, machine_root, out_file, results_dir, seconds, whole
 from cxlbench.cli.commands import UserError
-from cxlbench.cli.streams import missing_directory, prepare_streams, standing
+from cxlbench.cli.preflight import cannot_start
+from cxlbench.cli.streams import prepare_streams, standing
 
 
-# What every command imports (pyproject's dependencies, less torch: the training
-# families record a skip without it). Found before anything runs, so a bare
-# interpreter says what is missing instead of a traceback from deep in an import.
-REQUIRED = ("numpy", "pandas", "pyarrow", "jinja2", "matplotlib", "scipy")
-
-
-def missing_requirements() -> str | None:
-    """Why this interpreter cannot run cxlbench (None when it can), in one line."""
-    missing = [name for name in REQUIRED if importlib.util.find_spec(name) is None]
-    if not missing:
-        return None
-    return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed for {sys.executable}: "
-            "run `make setup` and use .venv/bin/cxlbench, or `pip install -e .` in this checkout")
+DESCRIPTION = "cxlbench commands: measure memory tiers, report, compare and gate"   # -OO strips __doc__
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
-    from cxlbench.results.store import ResultsError
-    from cxlbench.runner.lock import Busy
-    from cxlbench.runner.suite import SuiteError
-    from cxlbench.topology.read import MachineReadError
-    errors: list[type[BaseException]] = [UserError, ResultsError, SuiteError, Busy, MachineReadError]
+    """The errors a command reports in one line. Their modules are imported here, while
+    an error is being handled, so a failure to import them (the very error, short of
+    memory) leaves the ones that need no import."""
+    errors: list[type[BaseException]] = [UserError]
     try:
+        from cxlbench.results.store import ResultsError
+        from cxlbench.runner.lock import Busy
+        from cxlbench.runner.suite import SuiteError
+        from cxlbench.topology.read import MachineReadError
+        errors += [ResultsError, SuiteError, Busy, MachineReadError]
         from cxlbench.memory import PlacementError
         errors.append(PlacementError)
-    except ImportError:
+    except (ImportError, MemoryError):
         pass
     return tuple(errors)
+
+
+def _short_of_memory(e: BaseException) -> bool:
+    """A MemoryError, or a library that could not be mapped (ulimit -v, a cgroup limit)."""
+    return isinstance(e, MemoryError) or (isinstance(e, ImportError) and "failed to map segment" in str(e))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,7 +57,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="cxlbench", description=__doc__.splitlines()[0])
+    p = _Parser(prog="cxlbench", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"cxlbench {__version__}")
     p.add_argument("--root", default="/", type=machine_root,
                    help="read sysfs/procfs under this root (fixture trees)")
@@ -219,8 +221,7 @@ def _gate(a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     prepare_streams()
-    # before the parser: its path types resolve against the current directory
-    cannot = missing_directory() or missing_requirements()
+    cannot = cannot_start()        # before the parser: its path types resolve against the cwd
     if cannot:
         print(f"cxlbench: error: {cannot}", file=sys.stderr)
         return 2
@@ -236,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:                    # a file named on the command line that cannot be
             print(f"cxlbench: error: {e.filename or ''}{': ' if e.filename else ''}"   # read or written
                   f"{e.strerror or e}", file=sys.stderr)
+            return 2
+        except (MemoryError, ImportError) as e:
+            if not _short_of_memory(e):
+                raise
+            print(f"cxlbench: error: out of memory ({type(e).__name__}{': ' if str(e) else ''}{e}): the address "
+                  "space or memory limit of this process (ulimit -v, the container's) is too small; runs "
+                  "finished so far are on disk", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             name = f" by {signal.Signals(stop.signal).name}" if stop.signal else ""

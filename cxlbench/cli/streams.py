@@ -83,16 +83,6 @@ def prepare_streams() -> None:
     _any_encoding(sys.stdout, sys.stderr)
 
 
-def missing_directory() -> str | None:
-    """Why the command cannot start where it stands: its current directory deleted
-    under it (every relative path, and the workers' start, would fail)."""
-    try:
-        os.getcwd()
-    except FileNotFoundError:
-        return "the current directory no longer exists (deleted under this shell): cd into one that does"
-    return None
-
-
 class Stopped(KeyboardInterrupt):
     """SIGTERM or SIGHUP, taken the way Ctrl-C is: what finished is kept, the run marked
     partial."""

@@ -1,0 +1,64 @@
+"""What a command checks of its process before it parses its arguments: conditions
+under which it could only fail later, deep in an import or after its work, with a
+traceback or a hang — each found here in one line instead."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import threading
+
+# What every command imports (pyproject's dependencies, less torch: the training
+# families record a skip without it).
+REQUIRED = ("numpy", "pandas", "pyarrow", "jinja2", "matplotlib", "scipy")
+
+# Threads a command may start at once: pyarrow's two pools, OpenBLAS, the sentinel's
+# probe, a worker's pipe reader. Below this pyarrow hung while reading a run (holding
+# the machine's lock) and OpenBLAS raised SIGINT into the import of scipy.
+THREADS = 16
+
+
+def missing_directory() -> str | None:
+    """The current directory deleted under the shell: every relative path, and the
+    workers' start, would fail."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return "the current directory no longer exists (deleted under this shell): cd into one that does"
+    return None
+
+
+def missing_requirements() -> str | None:
+    """A bare interpreter (no `make setup`): the import of the results store failed
+    with a traceback, raised again while naming the errors to catch."""
+    missing = [name for name in REQUIRED if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed for {sys.executable}: "
+            "run `make setup` and use .venv/bin/cxlbench, or `pip install -e .` in this checkout")
+
+
+def too_few_threads() -> str | None:
+    """A limit too low to start THREADS threads: on processes (ulimit -u, a container's
+    pids.max), or on address space (ulimit -v: each thread reserves its stack)."""
+    release = threading.Event()
+    started = []
+    try:
+        for _ in range(THREADS):
+            t = threading.Thread(target=release.wait, daemon=True)
+            t.start()
+            started.append(t)
+    except RuntimeError as e:                       # "can't start new thread"
+        return (f"this process cannot start {THREADS} threads ({e}; {len(started)} started): raise the "
+                "limit on processes for this user (ulimit -u, a container's pids limit) or on its address "
+                "space (ulimit -v)")
+    finally:
+        release.set()
+        for t in started:
+            t.join()
+    return None
+
+
+def cannot_start() -> str | None:
+    """Why no command can start here, in one line (None when one can)."""
+    return missing_directory() or missing_requirements() or too_few_threads()
