@@ -92,3 +92,30 @@ def test_a_node_that_has_no_memory_still_reads_as_one(root):
     (root / NODES / "node1/meminfo").write_text("Node 1 MemTotal: 0 kB\nNode 1 MemFree: 0 kB\n")
     node = read_machine(str(root), probe_gpus=False).nodes[1]
     assert node.mem_total_bytes == 0 and not node.has_memory and node.has_cpu
+
+
+# --- a node's cpulist ---------------------------------------------------------------------
+
+def test_an_unreadable_cpulist_is_refused_not_read_as_a_cpu_less_node(capsys, root, monkeypatch):
+    """Read as empty, node 0 became "a CPU-less node taken as DRAM", and ddr0's figures
+    were measured from node 1's CPUs."""
+    unreadable(monkeypatch, "node0/cpulist")
+    for command in (["topology"], ["run", "--suite", "ci", "--list"]):
+        err = refused(capsys, root, *command)
+        assert "/sys/devices/system/node/node0/cpulist cannot be read: Permission denied" in err
+
+
+@pytest.mark.parametrize("replace, reason", [("missing", "No such file or directory"),
+                                             ("a directory", "Is a directory")])
+def test_a_cpulist_that_is_not_a_readable_file_is_refused_naming_it(capsys, root, replace, reason):
+    cpulist = root / NODES / "node0/cpulist"
+    cpulist.unlink()
+    if replace == "a directory":
+        cpulist.mkdir()
+    assert f"node0/cpulist cannot be read: {reason}" in refused(capsys, root, "topology")
+
+
+def test_an_empty_cpulist_is_a_node_whose_cpus_are_offline(root):
+    (root / NODES / "node1/cpulist").write_text("\n")
+    node = read_machine(str(root), probe_gpus=False).nodes[1]
+    assert node.cpus == [] and not node.has_cpu and node.has_memory

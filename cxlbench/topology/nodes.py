@@ -51,7 +51,9 @@ def read_node(root: str, node: int, ids: list[int], tiers: dict[int, list[int]])
     total, free = read_meminfo(root, node)
     return Node(
         id=node,
-        cpus=parse_cpulist(read_text(root, f"{d}/cpulist")),
+        # Empty is a node whose CPUs are all offline; absent or unreadable is not,
+        # and read as empty it would make a CPU node "CPU-less memory" measured from afar.
+        cpus=parse_cpulist(read_required(root, f"{d}/cpulist")),
         mem_total_bytes=total,
         mem_free_bytes=free,
         distances=read_distances(root, node, ids),
