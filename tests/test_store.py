@@ -254,3 +254,22 @@ def test_a_link_is_written_through_and_a_fifo_in_place(tmp_path):
     atomic_write(tmp_path / "fifo", b"streamed")
     reader.join(10)
     assert got == [b"streamed"] and not (tmp_path / "fifo").is_file()
+
+
+@pytest.mark.parametrize("failure, says", [
+    # what pyarrow raised at `ulimit -u 6`, reading an intact run
+    (lambda: __import__("pyarrow").ArrowException(
+        "Unknown error: Failed to launch worker thread: Resource temporarily unavailable"), "could not start a thread"),
+    (MemoryError, "out of memory"),
+])
+def test_a_file_this_process_could_not_read_is_not_called_damaged(tmp_path, monkeypatch, failure, says):
+    """The message said 're-run the case or remove the file' of a good run's samples."""
+    w = write_run(tmp_path)
+
+    def short_of_room(*args, **kwargs):
+        raise failure()
+    monkeypatch.setattr(pd, "read_parquet", short_of_room)
+    with pytest.raises(ResultsError) as refused:
+        load_run(w.path)
+    assert says in str(refused.value) and "not judged damaged" in str(refused.value)
+    assert "remove the file" not in str(refused.value)

@@ -312,6 +312,10 @@ def _read_table(path: Path | str, kind: str, columns: list[str], source: Any = N
     try:
         frame = pd.read_parquet(path if source is None else io.BytesIO(source))
     except Exception as e:     # pyarrow raises several types for a damaged file
+        condition = _not_the_file(e)
+        if condition:
+            raise ResultsError(f"{path} could not be read here ({condition}); the file is not judged "
+                               "damaged: try again where the process has room") from None
         raise ResultsError(f"{path} is not a readable {kind} file ({type(e).__name__}); "
                            f"re-run the case or remove the file") from None
     missing = [c for c in columns if c not in frame.columns]
@@ -319,6 +323,18 @@ def _read_table(path: Path | str, kind: str, columns: list[str], source: Any = N
         raise ResultsError(f"{path} is not a cxlbench {kind} file (missing columns: "
                            f"{', '.join(missing)})")
     return frame
+
+
+def _not_the_file(e: Exception) -> str | None:
+    """What kept a file from being read when it was this process, not the file: told
+    apart, as removing a good run's samples on the advice would lose them."""
+    if isinstance(e, MemoryError) or type(e).__name__ == "ArrowMemoryError":
+        return "out of memory"
+    if "launch worker thread" in str(e):
+        return "pyarrow could not start a thread: the limit on processes (ulimit -u) or address space"
+    if isinstance(e, PermissionError):
+        return "permission denied"
+    return None
 
 
 def _read_parquet(path: Path | str, source: Any = None) -> pd.DataFrame:
