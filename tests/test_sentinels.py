@@ -211,3 +211,31 @@ def test_normalising_by_named_probes_leaves_the_other_cases_raw(tmp_path):
     assert set(compare([a, b], threshold="5%", normalize="dram_chase").rows.verdict) == {"same"}
     with pytest.raises(ResultsError, match="probes by name"):
         compare([a, b], normalize="l3_chase")
+
+
+def test_processes_that_cannot_be_started_fail_their_cases_with_the_reason_and_the_run_ends(tmp_path, monkeypatch):
+    """At `ulimit -n 10` the probe's start raised, the run waited a minute for a probe
+    that never started and ended in a traceback; a worker's start was reported as a
+    failure to write the run."""
+    import errno
+    from cxlbench.runner import sentinels, worker
+
+    class NoRoom:
+        def __init__(self, real):
+            self.real = real
+
+        def Pipe(self, *args, **kwargs):
+            return self.real.Pipe(*args, **kwargs)
+
+        def Process(self, *args, **kwargs):
+            proc = self.real.Process(*args, **kwargs)
+            proc.start = lambda: (_ for _ in ()).throw(OSError(errno.EMFILE, "Too many open files"))
+            return proc
+    for module in (worker, sentinels):
+        monkeypatch.setattr(module, "_CTX", NoRoom(module._CTX))
+    outcome = run(RunConfig(suite(tmp_path, f"[sentinels]\ninterval_s = 0\n{SMALL}"), out=str(tmp_path / "r")))
+    assert outcome.status == "complete"
+    for r in outcome.results + outcome.sentinels:
+        assert r.status == "failed" and "could not be started (Too many open files)" in r.reason, r.reason
+    assert "ulimit -n" in outcome.results[0].reason
+    assert load_run(outcome.path).meta["sentinels"]["visits"] == 0

@@ -28,6 +28,7 @@ from cxlbench.benchmarks.base import Env, Planned, Skip
 from cxlbench.benchmarks.spec import SpecError, parse
 from cxlbench.results.schema import FAILED, OK, SKIPPED, CaseResult
 from cxlbench.runner.suite import SuiteError
+from cxlbench.runner.worker import why_not_started
 
 KEY = "sentinels"
 _CTX = mp.get_context("spawn")
@@ -105,11 +106,19 @@ class Watch:
         if skipped:
             return self._end(SKIPPED, skipped)
         spec = self.plan.planned[0].spec
-        self.conn, child = _CTX.Pipe()
-        self.proc = _CTX.Process(target=_probe, args=(self.cases, replace(self.env, spec=spec),
-                                                      self.start, child), daemon=True)
-        self.proc.start()
-        child.close()
+        try:            # the process is kept only once started: an unstarted one can't be joined
+            self.conn, child = _CTX.Pipe()
+            try:
+                proc = _CTX.Process(target=_probe, args=(self.cases, replace(self.env, spec=spec),
+                                                         self.start, child), daemon=True)
+                proc.start()
+            finally:
+                child.close()
+        except OSError as e:
+            if self.conn is not None:
+                self.conn.close()
+            return self._end(FAILED, f"the probe: {why_not_started(e)}")
+        self.proc = proc
         status, payload = self._receive(max(spec.case_timeout_s, VISIT_TIMEOUT_S))
         if status != OK:
             return self._end(status, payload)

@@ -110,10 +110,10 @@ def run_case(case: Case, ref: str, env: Env, timeout_s: float,
         outcome = _run_elsewhere(case, ref, env, timeout_s, installation)
         return CaseResult(case, outcome.status, outcome.reason, outcome.samples,
                           time.monotonic() - start, outcome.info)
-    recv, send = _CTX.Pipe(duplex=False)
-    proc = _CTX.Process(target=_child, args=(case, ref, env, send), daemon=True)
-    proc.start()
-    send.close()
+    try:
+        proc, recv = _start(case, ref, env)
+    except OSError as e:
+        return CaseResult(case, FAILED, why_not_started(e), [], time.monotonic() - start)
     try:
         outcome = _wait(proc, recv, timeout_s)
     finally:
@@ -123,6 +123,27 @@ def run_case(case: Case, ref: str, env: Env, timeout_s: float,
         recv.close()
     return CaseResult(case, outcome.status, outcome.reason, outcome.samples,
                       time.monotonic() - start, outcome.info)
+
+
+def _start(case: Case, ref: str, env: Env):
+    """The case's worker started, and the end of its pipe to read."""
+    recv, send = _CTX.Pipe(duplex=False)
+    try:
+        proc = _CTX.Process(target=_child, args=(case, ref, env, send), daemon=True)
+        proc.start()
+    except OSError:
+        recv.close()
+        raise
+    finally:
+        send.close()
+    return proc, recv
+
+
+def why_not_started(e: OSError) -> str:
+    """Why a worker (or the sentinels' probe) could not be started: a limit, not the
+    case, and not the run's files."""
+    return (f"its process could not be started ({e.strerror or e}): a limit on open files (ulimit -n), "
+            f"processes (ulimit -u) or memory was reached")
 
 
 def _wait(proc, recv, timeout_s: float) -> Outcome:
