@@ -1,12 +1,13 @@
 """The run store: incremental, atomic, loadable when partial, strict about foreign files."""
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import cxlbench
 from cxlbench.results.schema import CORE_COLUMNS, Case, CaseResult, Sample
-from cxlbench.results.store import ResultsError, RunWriter, find_runs, load, load_run
+from cxlbench.results.store import ResultsError, RunWriter, atomic_write, find_runs, load, load_run
 
 
 def result(ws, values, status="ok", reason=""):
@@ -273,3 +274,11 @@ def test_a_file_this_process_could_not_read_is_not_called_damaged(tmp_path, monk
         load_run(w.path)
     assert says in str(refused.value) and "not judged damaged" in str(refused.value)
     assert "remove the file" not in str(refused.value)
+
+
+def test_a_write_that_fails_names_its_file():
+    """write() and fsync() raise without a file name: a full disk said only 'No space
+    left on device', and a command's output failed without saying which file."""
+    with pytest.raises(OSError) as failed:
+        atomic_write(Path("/dev/full"), b"a page")
+    assert failed.value.filename == "/dev/full" and failed.value.errno == 28

@@ -70,7 +70,15 @@ def atomic_write(path: Path, data: bytes) -> None:
     a symlink to what it names. A device, a FIFO or a stream the shell opened
     (-o /dev/stdout, `>> log`) is written in place, appended to: there is no file to
     replace, and reopening it to write from the start would cut what is already there."""
-    path = Path(path)
+    try:
+        _replace_whole(Path(path), data)
+    except OSError as e:
+        if e.filename is None:          # write() and fsync() name no file: a full disk said only so
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
+
+
+def _replace_whole(path: Path, data: bytes) -> None:
     try:
         st = os.stat(path)                     # follows a link
     except FileNotFoundError:
