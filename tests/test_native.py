@@ -5,6 +5,7 @@ Behaviour only: no assertion depends on how fast anything ran.
 import array
 import ctypes
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -248,6 +249,63 @@ def test_stream_rejects_bad_arguments(mapping):
     with pytest.raises(OSError):
         _native.stream("read", addr, 0, 0, PAGE, [max(CPUS) + 1000])
 
+
+
+# Each call that starts pinned threads, as source for a child process: `cpu` is the CPU it pins to.
+THREAD_STARTERS = {
+    "stream": "_native.stream('read', a, 0, 0, PAGE, [cpu])",
+    "lines": "_native.lines(a, PAGE, [cpu], reads=1)",
+    "loaded_latency": "_native.loaded_latency(_native.chase_init(a, PAGE, 64), cpu, 0, 0, [], "
+                      "warmup_ns=1000, duration_ns=1000)",
+}
+
+
+@pytest.mark.parametrize("call", THREAD_STARTERS)
+def test_a_thread_pinned_to_a_cpu_not_allowed_says_so(mapping, call):
+    a, cpu = mapping(PAGE), max(CPUS) + 1000
+    with pytest.raises(OSError, match=r"a CPU not allowed to this process\?") as e:
+        eval(THREAD_STARTERS[call], {"_native": _native, "a": a, "cpu": cpu, "PAGE": PAGE})
+    assert e.value.errno == errno.EINVAL
+
+
+# Calls every starter under a process limit of 0, as nobody when run as root (root is
+# not held to RLIMIT_NPROC); prints {name: [errno, message] or null}, or null for no nobody.
+UNDER_NO_THREADS = """
+import json, os, resource, sys
+from cxlbench import _native
+PAGE, cpu, starters = json.loads(sys.argv[1])
+a = _native.map_anonymous(PAGE)
+if os.getuid() == 0:
+    try:
+        os.setgid(65534)
+        os.setuid(65534)
+    except PermissionError:
+        print("null")
+        raise SystemExit
+resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+found = {}
+for name, src in starters.items():
+    try:
+        eval(src)
+        found[name] = None
+    except OSError as e:
+        found[name] = [e.errno, str(e)]
+print(json.dumps(found))
+"""
+
+
+def test_a_thread_the_process_limit_refuses_is_named_as_that_not_as_a_cpu():
+    """At ulimit -u (EAGAIN) the message sent the reader to the CPU list instead."""
+    out = subprocess.run([sys.executable, "-c", UNDER_NO_THREADS, json.dumps([PAGE, CPUS[0], THREAD_STARTERS])],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    if found is None:
+        pytest.skip("running as root without the right to become another user")
+    for name, (err, message) in found.items():
+        assert err == errno.EAGAIN, (name, message)
+        assert "thread could not be created" in message and "ulimit -u" in message, (name, message)
+        assert "CPU not allowed" not in message, (name, message)
 
 # ---- mappings, policy, placement ------------------------------------------------------
 

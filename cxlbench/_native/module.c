@@ -112,6 +112,20 @@ static PyObject *raise_os(int err, const char *fmt, ...)
 
 #define OS_FAIL(err, ...) raise_os((err), __VA_ARGS__)
 
+/* What a failure to start pinned threads most likely means, for the message:
+ * pthread_create answers EINVAL to an affinity naming a CPU this process may
+ * not use, and EAGAIN at the user's limit on processes and threads. Any other
+ * errno speaks for itself, and a CPU hint would send the reader the wrong way. */
+static const char *thread_hint(int err)
+{
+    if (err == EINVAL)
+        return " (a CPU not allowed to this process?)";
+    if (err == EAGAIN)
+        return " (a thread could not be created: too many processes/threads for this user, "
+               "see ulimit -u)";
+    return "";
+}
+
 /* ---- mappings ---------------------------------------------------------------- */
 
 static PyObject *py_map_anonymous(PyObject *self, PyObject *args, PyObject *kw)
@@ -505,8 +519,8 @@ static int run_stream(const char *kname, uintptr_t a, uintptr_t b, uintptr_t c,
     Py_END_ALLOW_THREADS
     PyMem_Free(cpus);
     if (err) {
-        raise_os(err, "stream %s on %zu thread(s): %s (a CPU not allowed to this process?)",
-                 kname, ncpus, strerror(err));
+        raise_os(err, "stream %s on %zu thread(s): %s%s", kname, ncpus, strerror(err),
+                 thread_hint(err));
         return -1;
     }
     return 0;
@@ -799,8 +813,7 @@ static int run_lines(PyObject *args, PyObject *kw, const char *fmt, int *iterati
     if (err) {
         PyMem_Free(*seconds);
         *seconds = NULL;
-        raise_os(err, "lines on %zu thread(s): %s (a CPU not allowed to this process?)", ncpus,
-                 strerror(err));
+        raise_os(err, "lines on %zu thread(s): %s%s", ncpus, strerror(err), thread_hint(err));
         return -1;
     }
     return 0;
@@ -973,8 +986,8 @@ static PyObject *py_loaded_latency(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
     if (err) {
         Py_DECREF(hist);
-        return OS_FAIL(err, "loaded_latency with %zu load thread(s): %s (a CPU not allowed to "
-                       "this process?)", ncpus, strerror(err));
+        return OS_FAIL(err, "loaded_latency with %zu load thread(s): %s%s", ncpus, strerror(err),
+                       thread_hint(err));
     }
 #define U(x) (unsigned long long)(x)
     return Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:d,s:N}",
