@@ -404,8 +404,12 @@ def dpu_check(configs: list[str], optimizer_on: list[str], compute: str = "gpu",
     yield from notes
 
 
+# Not cut from __doc__: python -OO strips docstrings, and the parser with them.
+DESCRIPTION = "The device check: run the GPU suite here, render its report, print the table."
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=DESCRIPTION)
     ap.add_argument("out", nargs="?", help="directory for the run, the report and the table")
     ap.add_argument("--suite", default="gpu")
     ap.add_argument("--nvme", help="a directory on an NVMe disk (declares the nvme tier)")

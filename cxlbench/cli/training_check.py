@@ -24,8 +24,13 @@ def _q(values: list[float]) -> tuple[float, float, float]:
     return q[0], q[1], q[2]
 
 
+# Not cut from __doc__: python -OO strips docstrings, and the parser with them.
+DESCRIPTION = ("Run the training placements on this machine and print the table docs/validation.md "
+               "keeps: tokens/s, MFU and the step breakdown per placement, next to the model.")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=DESCRIPTION)
     ap.add_argument("--configs", default="tiny")
     ap.add_argument("--engines", default="offload,none,fsdp2_cpu_offload")
     ap.add_argument("--optimizer-on", default="ddr,cxl,nvme,hbm")
