@@ -75,3 +75,22 @@ def one_torch_thread():
     yield
     torch.set_num_threads(before)
     os.sched_setaffinity(0, cpus)
+
+
+@pytest.fixture
+def unwritable(tmp_path):
+    """A folder this process cannot write: a read-only mount as root (who may write
+    any folder whatever its mode), a mode of 0555 otherwise."""
+    import subprocess
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() != 0:
+        ro.chmod(0o555)
+        yield ro
+        ro.chmod(0o755)
+        return
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("root here cannot mount a read-only tmpfs, and may write any folder")
+    yield ro
+    subprocess.run(["umount", str(ro)], check=True)

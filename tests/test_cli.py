@@ -262,26 +262,6 @@ def test_an_interpreter_without_the_dependencies_gets_one_line_naming_them():
     assert "pandas, scipy are not installed" in line and "make setup" in line
 
 
-@pytest.fixture
-def unwritable(tmp_path):
-    """A folder this process cannot write: a read-only mount as root (who may write
-    any folder whatever its mode), a mode of 0555 otherwise."""
-    import os
-    import subprocess
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    if os.geteuid() != 0:
-        ro.chmod(0o555)
-        yield ro
-        ro.chmod(0o755)
-        return
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("root here cannot mount a read-only tmpfs, and may write any folder")
-    yield ro
-    subprocess.run(["umount", str(ro)], check=True)
-
-
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(capsys, unwritable):
     """`gate --json` into a read-only folder printed the verdict, then ended with exit 2
     for the file: a CI job read a regression's exit 1 as a bad argument."""

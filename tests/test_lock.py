@@ -77,6 +77,15 @@ def test_no_wait_exits_2_in_one_line_naming_the_holder_and_measures_nothing(hold
     assert not out.exists()                     # no run directory was begun
 
 
+def test_a_run_that_could_not_write_its_folder_is_refused_before_waiting(holder, tmp_path, capsys, unwritable):
+    """In a checkout where root ran first, a user's `make bench` waited out another
+    run, then failed on 'results/vm: Permission denied'."""
+    code = main(["run", "--suite", _suite(tmp_path), "--out", str(unwritable / "results"), "--no-report"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert f"{unwritable} cannot take this run" in err[0] and "--out" in err[0] and "waiting" not in err[0]
+
+
 def test_an_ab_session_holds_the_lock_too(holder, tmp_path, capsys):
     suite = _suite(tmp_path)
     ab = tmp_path / "ab.toml"
