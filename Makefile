@@ -13,7 +13,21 @@ ARGS   ?=
 
 .PHONY: bench test setup clean
 
+# What the C core's build needs and lacks, in words (nothing when all is there): the
+# compiler setuptools will call ($CC, else the one Python was built with, as
+# sysconfig names it) and Python's headers. Without this, pip fails a minute in,
+# the cause buried in its output.
+MISSING_FOR_C = import os, shutil, sysconfig; \
+	cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]; \
+	h = os.path.join(sysconfig.get_path("include"), "Python.h"); \
+	print(f"no C compiler ({cc} is not on PATH)" if not shutil.which(cc) else \
+	      f"no Python headers ({h} is missing)" if not os.path.exists(h) else "")
+
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard cxlbench/_native/*.c cxlbench/_native/*.h)
+	@missing=$$($(PYTHON) -c '$(MISSING_FOR_C)') || exit 1; [ -z "$$missing" ] || { \
+	  echo "make setup: the C core cannot be built: $$missing. Debian/Ubuntu: apt-get install" \
+	       "gcc python3-dev; Fedora: dnf install gcc python3-devel; or name a compiler you have:" \
+	       "make setup CC=clang" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
