@@ -102,7 +102,11 @@ def test_settings_reach_every_table_whose_family_has_the_key(tmp_path):
     ('[[config]]\nname = "a"\nset = { pages = ["4k"] }\n\n[[config]]\nname = "b"\n', "has the key 'pages'"),
     ('[[config]]\nname = "a"\nset = { level = "high" }\n\n[[config]]\nname = "b"\n', "level = 'high'"),
     ('[[config]]\nname = "a"\nbefore = "false"\n\n[[config]]\nname = "b"\n', "before-command failed"),
-    ('[[config]]\nname = "a"\npythonpath = "/nonexistent"\n\n[[config]]\nname = "b"\n', "is not a folder"),
+    ('[[config]]\nname = "a"\npythonpath = "/nonexistent/cxlbench-tree"\n\n[[config]]\nname = "b"\n',
+     "is not a folder"),
+    # the C core compares exactly: "Plain" timed the streaming stores while the run said plain
+    ('[[config]]\nname = "a"\nenv = { CXLBENCH_ADAMW_STORES = "Plain" }\n\n[[config]]\nname = "b"\n',
+     "CXLBENCH_ADAMW_STORES='Plain' is not one of streaming, plain"),
     ('[[config]]\nname = "a"\n\n[[config]]\nname = "a"\n', "must differ"),
     ('[[config]]\nname = "a"\npython = "/nonexistent/python"\n\n[[config]]\nname = "b"\n', "cannot start"),
 ])

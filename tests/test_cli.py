@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from cxlbench.cli.main import main
+from cxlbench.settings import SETTINGS
 
 from fakes import synthetic
 
@@ -292,6 +293,17 @@ def test_a_process_that_cannot_start_threads_is_told_so_before_anything_runs():
     assert capped.returncode == 2 and "Traceback" not in capped.stderr, capped.stderr
     line, = capped.stderr.strip().splitlines()
     assert "cannot start 16 threads" in line and "ulimit -v" in line
+
+
+@pytest.mark.parametrize("name, value", [("CXLBENCH_ADAMW_ISA", "AVX2"), ("CXLBENCH_ADAMW_ISA", " scalar"),
+                                         ("CXLBENCH_ADAMW_STORES", "Plain")])
+def test_a_setting_the_c_core_would_ignore_is_refused_before_anything(capsys, monkeypatch, name, value):
+    """The C core takes any value it does not know for the default: 'Plain' measured
+    the streaming stores, 'AVX2' the widest path, while the run recorded the value."""
+    monkeypatch.setenv(name, value)
+    code, out, err = run_cli(capsys, "topology")
+    assert code == 2 and err.strip() == f"cxlbench: error: {name}={value!r} is not one of " \
+        f"{', '.join(SETTINGS[name])} (the C core would ignore it)"
 
 
 def test_commands_run_with_docstrings_stripped():

@@ -8,6 +8,8 @@ import os
 import sys
 import threading
 
+from cxlbench.settings import refused
+
 # What every command imports (pyproject's dependencies, less torch: the training
 # families record a skip without it).
 REQUIRED = ("numpy", "pandas", "pyarrow", "jinja2", "matplotlib", "scipy")
@@ -61,4 +63,4 @@ def too_few_threads() -> str | None:
 
 def cannot_start() -> str | None:
     """Why no command can start here, in one line (None when one can)."""
-    return missing_directory() or missing_requirements() or too_few_threads()
+    return missing_directory() or missing_requirements() or too_few_threads() or refused(os.environ)

@@ -63,6 +63,7 @@ from cxlbench.runner.progress import Progress
 from cxlbench.runner.run import RunConfig, build_env, measure_slice, native_built, open_writer, plan_suite
 from cxlbench.runner.suite import SuiteError, check_known, load_suite, read_toml
 from cxlbench.runner.worker import Installation
+from cxlbench.settings import refused
 
 AB_JSON = "ab.json"
 CONFIG_KEYS = {"name", "set", "tier", "env", "before", "python", "pythonpath"}
@@ -123,6 +124,9 @@ def load_session(path: str | Path) -> Session:
             raise SuiteError(f"{where}: tier = {tier!r}: expected declarations such as [\"cxl=node:1\"]")
         if not isinstance(c.get("set", {}), dict) or not isinstance(c.get("env", {}), dict):
             raise SuiteError(f"{where}: set and env are tables (set = {{ page = [\"thp\"] }})")
+        setting = refused({k: str(v) for k, v in c.get("env", {}).items()})
+        if setting:
+            raise SuiteError(f"{where}: env: {setting}")
         missing = [e for e in str(c.get("pythonpath", "")).split(os.pathsep) if e and not Path(e).is_dir()]
         if missing:
             raise SuiteError(f"{where}: pythonpath entry {missing[0]!r} is not a folder (a source tree "
