@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 import xml.etree.ElementTree as ET
 
 import numpy as np
 
 from cxlbench.analysis.gate import gate
 from cxlbench.analysis.stats import SLOWER, compare_values
-from cxlbench.results.schema import SKIPPED
+from cxlbench.results.schema import FAILED, SKIPPED
 
 from fakes import synthetic as syn
 
@@ -153,6 +154,20 @@ def test_skipped_case_counts_as_missing_and_says_why():
     assert result.exit_code == 2
     assert "skipped: no hugetlb pages reserved" in result.missing["why"].iloc[0]
     assert "no hugetlb pages reserved" in result.markdown()
+
+
+def test_a_case_that_failed_part_way_is_missing_not_judged_on_its_first_repetitions():
+    """With the workers' interpreter gone mid-run every case failed after two good
+    repetitions, and the gate passed the run on those."""
+    rng = np.random.default_rng(2)
+    base = syn.make_run(sim_results(rng, 3), label="base")
+    cur_results = [r if i == 4 else replace(r, status=FAILED, reason="worker exited with code 255 without a result")
+                   for i, r in enumerate(sim_results(rng, 3, worse=0.5))]        # slower, samples kept
+    result = gate(base, syn.make_run(cur_results, label="cur"))
+    assert result.exit_code == 2 and "5 baseline cases are missing" in " ".join(result.errors)
+    assert set(result.missing["why"]) == {"failed: worker exited with code 255 without a result"}
+    assert list(result.rows["case_id"]) == [cur_results[4].case.case_id]      # the one measured whole
+    assert gate(base, syn.make_run(cur_results, label="cur"), allow_missing=True).exit_code == 1
 
 
 def test_machine_identity_mismatch_exits_2():

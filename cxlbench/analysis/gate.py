@@ -344,10 +344,12 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     um = cmp.unmatched
     base_name = cmp.runs[0].name
     missing = um[um["why"].str.startswith(f"in {base_name},")].copy() if not um.empty else um
+    reasons = {c["case_id"]: f"{c['status']}: {c['reason']}" for c in cur.meta.get("cases", []) or []
+               if c.get("status") not in (None, "ok")}
     if not missing.empty:
-        reasons = {c["case_id"]: f"{c['status']}: {c['reason']}" for c in cur.meta.get("cases", []) or []
-                   if c.get("status") not in (None, "ok")}
         missing["why"] = [_missing_reason(p, reasons) for p in missing["point"]]
+    missing = pd.concat([missing, _failed_part_way(cmp, reasons)], ignore_index=True) \
+        if not missing.empty else _failed_part_way(cmp, reasons)
     result.missing = missing
     result.new = um[~um.index.isin(missing.index)] if not um.empty else um
     if not missing.empty and not allow_missing:
@@ -368,6 +370,19 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
                                    f"the first verdicts stand")
     result.status = FAIL if not result.regressions.empty else PASS
     return result
+
+
+def _failed_part_way(cmp: Comparison, reasons: dict[str, str]) -> pd.DataFrame:
+    """The current run's cases that failed after some repetitions, taken out of the
+    comparison and counted missing: their samples are kept, but a case that failed
+    is not measured, and judged on its first repetitions it passed a gate whose
+    every case had failed (the workers' interpreter gone mid-run)."""
+    failed = cmp.rows["case_id"].map(lambda c: reasons.get(c, "")).str.startswith("failed")
+    taken = cmp.rows[failed]
+    cmp.rows = cmp.rows[~failed].reset_index(drop=True)
+    return pd.DataFrame({"run": taken["run"], "point": taken["point_base"], "benchmark": taken["benchmark"],
+                         "metric": taken["metric"], "target": taken["target_base"], "key": taken["key"],
+                         "why": [reasons[c] for c in taken["case_id"]]}).reset_index(drop=True)
 
 
 def _missing_reason(point: str, reasons: dict[str, str]) -> str:
