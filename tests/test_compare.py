@@ -234,7 +234,9 @@ def test_a_change_between_runs_whose_buffers_differ_in_contiguity_says_so_and_st
     assert "contiguity (0.94 → 0.77" in row["note"]         # medians: one scattered repetition does not set it
     assert "contiguity" in format_comparison(compare([base, scattered]))
     assert compare([base, alike]).rows.iloc[0]["note"] == ""
-    assert compare([base, unknown]).rows.iloc[0]["note"] == ""   # hidden frames: nothing to say
+    # hidden frames (a run not as root) against seen ones: the difference cannot be ruled out
+    assert "frames hidden" in compare([base, unknown]).rows.iloc[0]["note"]
+    assert compare([unknown, _latency_run(rng, 140.0, quiet, "U")]).rows.iloc[0]["note"] == ""
     assert compare([base, _latency_run(rng, 100.0, quiet, "E", [0.5] * 5)]).rows.iloc[0]["verdict"] == "same"
     assert compare([base, _latency_run(rng, 100.0, quiet, "E", [0.5] * 5)]).rows.iloc[0]["note"] == ""
     # the L1 floor's chase: its buffer's frames do not move it, so no note however they differ

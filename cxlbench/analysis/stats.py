@@ -324,10 +324,15 @@ def frames_can_move(metric: str, probe: str | None = None) -> bool:
 def contiguity_note(base: float | None, cur: float | None, apart: float = CONTIGUITY_APART,
                     sides: str = "the runs'") -> str:
     """The note for two sets of buffers whose shares of pages on consecutive frames
-    differ by `apart` or more, "" where they do not or either is unknown (frames hidden)."""
+    differ by `apart` or more, or whose one side is unknown (its frames hidden from a
+    run not as root); "" where they agree or neither is known."""
+    known_base, known_cur = (x is not None and math.isfinite(x) for x in (base, cur))
+    if known_base != known_cur:
+        return (f"one side of {sides} buffers had its frames hidden (a run not as root): their physical "
+                f"contiguity, which alone moved a chase up to a fifth on this project's VM "
+                f"(docs/validation.md run L), cannot be compared")
     # rounded: 0.94 - 0.84 is 0.0999… in binary, and "0.10 or more" should hold it
-    if base is None or cur is None or not (math.isfinite(base) and math.isfinite(cur)) \
-            or round(abs(cur - base), 6) < apart:
+    if not known_base or round(abs(cur - base), 6) < apart:
         return ""
     return (f"{sides} buffers differ in physical contiguity ({base:.2f} → {cur:.2f} of pages on "
             f"consecutive frames); on this project's VM scattered frames alone read up to a fifth slower "
