@@ -19,7 +19,7 @@ from typing import Literal
 from cxlbench.benchmarks import tails
 from cxlbench.benchmarks.base import (Env, Headline, Planned, Show, Skip, cpu_held, host_pairs, metrics, place,
                                      placement_found, sweep)
-from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, resolve_sizes
+from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, hugetlb_short, resolve_sizes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
 
@@ -83,12 +83,7 @@ def _cannot(params: dict, tier, env: Env) -> str | None:
     if node is not None and need > node.mem_free_bytes * 0.8:
         return f"working set {need >> 20} MiB exceeds 80% of node {tier.node}'s free memory"
     if page.startswith("hugetlb"):
-        pool = node.hugepages.get(PAGE_BYTES[page]) if node else None
-        pages = -(-need // PAGE_BYTES[page])
-        if pool is None or pool.free < pages:
-            have = pool.free if pool else 0
-            return (f"needs {pages} free {page} pages on node {tier.node}, {have} reserved "
-                    f"(reserve them in /sys/devices/system/node/node{tier.node}/hugepages)")
+        return hugetlb_short(env.machine, tier.node, page, -(-need // PAGE_BYTES[page]))
     return None
 
 

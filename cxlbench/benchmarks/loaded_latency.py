@@ -27,7 +27,7 @@ from typing import Literal
 from cxlbench.benchmarks import tails
 from cxlbench.benchmarks.base import (Env, Planned, Show, as_list, host_pairs, metrics, place, placement_found,
                                      sweep)
-from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes
+from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes, hugetlb_short
 from cxlbench.benchmarks.spec import Delays, Mix, Size, Spec as BaseSpec, Threads
 from cxlbench.results.schema import Case, Metric, Sample
 
@@ -141,13 +141,8 @@ def cannot(params: dict, initiator, tier, env: Env) -> str | None:
     if node is not None and need > node.mem_free_bytes * 0.8:
         return f"needs {need >> 20} MiB, more than 80% of node {tier.node}'s free memory"
     if page.startswith("hugetlb"):
-        pool = node.hugepages.get(PAGE_BYTES[page]) if node else None
-        pages = -(-params["working_set_bytes"] // PAGE_BYTES[page]) + \
-            params["load_threads"] * -(-params["load_bytes"] // PAGE_BYTES[page])
-        if pool is None or pool.free < pages:
-            return (f"needs {pages} free {page} pages on node {tier.node}, "
-                    f"{pool.free if pool else 0} reserved (reserve them in "
-                    f"/sys/devices/system/node/node{tier.node}/hugepages)")
+        return hugetlb_short(env.machine, tier.node, page, -(-params["working_set_bytes"] // PAGE_BYTES[page]) +
+                             params["load_threads"] * -(-params["load_bytes"] // PAGE_BYTES[page]))
     return None
 
 

@@ -11,6 +11,19 @@ PAGE_BYTES = {"4k": 4096, "thp": 2 << 20, "hugetlb-2m": 2 << 20, "hugetlb-1g": 1
 Page = Literal["4k", "thp", "hugetlb-2m", "hugetlb-1g"]
 
 
+def hugetlb_short(machine: Machine, node: int, page: str, pages: int) -> str | None:
+    """Why `pages` of a hugetlb `page` size cannot be had on `node` (None where they
+    can): the pool holds what root reserved, and the line says how."""
+    found = machine.nodes.get(node)
+    pool = found.hugepages.get(PAGE_BYTES[page]) if found else None
+    have = pool.free if pool else 0
+    if have >= pages:
+        return None
+    return (f"needs {pages} free {page} pages on node {node}, {have} reserved: as root, raise "
+            f"/sys/devices/system/node/node{node}/hugepages/hugepages-{PAGE_BYTES[page] >> 10}kB/nr_hugepages "
+            f"by {pages - have}")
+
+
 def cache_sizes(machine: Machine) -> list[int]:
     """Data/unified cache size per level (one instance), smallest first."""
     by_level: dict[int, int] = {}
