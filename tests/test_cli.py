@@ -372,3 +372,20 @@ def test_dev_stdout_appended_by_the_shell_is_written_in_place_not_replaced(tmp_p
     with open(log, "a") as out:
         subprocess.run([sys.executable, "-c", code], stdout=out, check=True, timeout=60)
     assert log.read_text() == 'earlier line\n{"json": 1}\n'
+
+
+def test_the_summary_takes_no_figure_from_a_case_that_failed_part_way():
+    """With the workers' interpreter gone mid-run, a case's two good repetitions were
+    printed as its figure, unmarked, above '1 case(s) failed'."""
+    from dataclasses import replace
+    from cxlbench.cli.tier_table import tier_summary
+    results = synthetic.suite_results(np.random.default_rng(3), tiers=("ddr0",), working_sets=[1 << 30],
+                                      threads=(1,), kernels=("read",), pages=("4k",), loaded=False, extras=False)
+    whole = synthetic.make_run(results)
+    cut = synthetic.make_run([replace(r, status="failed", reason="worker exited with code 255")
+                              if r.case.benchmark == "latency" else r for r in results])
+    assert " ns [" in tier_summary(whole.samples, whole.meta)
+    assert " ns [" not in tier_summary(cut.samples, cut.meta) and "GB/s [" in tier_summary(cut.samples, cut.meta)
+    everything = synthetic.make_run([replace(r, status="failed", reason="x") for r in results])
+    assert tier_summary(everything.samples, everything.meta).startswith("no case was measured whole")
+

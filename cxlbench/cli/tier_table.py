@@ -17,8 +17,15 @@ from cxlbench.units import tier_order
 
 
 def tier_summary(samples: pd.DataFrame, meta: dict[str, Any]) -> str:
+    """The run's headline figures per tier, from the cases measured whole: a case that
+    failed part-way keeps its samples in the run, but its first repetitions are not
+    its figure."""
     if samples.empty:
         return "no samples were measured"
+    failed = {c.get("case_id") for c in meta.get("cases") or [] if c.get("status") == "failed"}
+    samples = samples[~samples["case_id"].isin(failed)]
+    if samples.empty:
+        return "no case was measured whole (those that failed part-way keep their samples in the run)"
     found = figures(samples, meta)
     lines = []
     for tier in sorted(set(samples["target"]), key=tier_order):
