@@ -29,7 +29,8 @@ PACKAGE = REPO / "cxlbench"
 #:    jobs, never by importing the runner;
 #:  - export (a run in pytest-benchmark's format) is an output beside the report;
 #:  - _native is the C core (no Python imports of its own);
-#:  - results, units, closing, version and tomlfile are one layer, used by all;
+#:  - results, units, closing, version, tomlfile and settings (the environment
+#:    variables the C core reads) are one layer, used by all;
 #:  - the package's own __init__ is the public API (load, history): it reads the
 #:    store and the analysis, so it sits on top, and its __version__ comes from
 #:    cxlbench.version, which every layer may read.
@@ -48,7 +49,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("_native", ("cxlbench._native",)),
     ("gpu", ("cxlbench.gpu",)),
     ("results", ("cxlbench.results", "cxlbench.units", "cxlbench.closing", "cxlbench.version",
-                 "cxlbench.tomlfile")),
+                 "cxlbench.tomlfile", "cxlbench.settings")),
 ]
 #: compiled modules: imported by name, never read
 EXTENSIONS = ("cxlbench._native",)
