@@ -188,12 +188,12 @@ def run(config: RunConfig) -> RunOutcome:
                          "(cxlbench run passes analysis.reduction.case_precision)")
     watching = sentinels.plan(env.suite, env, planned)
     if not is_url(config.out):
-        _writable(Path(config.out) / safe_name(env.machine.hostname))
+        writable(Path(config.out) / safe_name(env.machine.hostname))
     with lock.measuring(lock.command_text(config.command, f"cxlbench run --suite {config.suite}"), config.wait):
         return _measure(config, env, planned, watching)
 
 
-def _writable(folder: Path) -> None:
+def writable(folder: Path) -> None:
     """Refused before the lock is waited for: a user could wait out another's whole
     run and then fail to make the run's folder (in a checkout where root ran first)."""
     there = folder
