@@ -1,6 +1,7 @@
-"""A view of the machine that cannot be trusted (no NUMA nodes, a node's files
-unreadable or malformed) is refused in one line naming what is wrong: read
-leniently, it planned nothing, or planned the wrong memory under a tier's name."""
+"""A view of the machine that cannot be trusted (a node's files unreadable or
+malformed) is refused in one line naming what is wrong, and one without NUMA nodes
+has no host tiers and says so: read leniently, it planned nothing without a word, or
+planned the wrong memory under a tier's name."""
 from __future__ import annotations
 
 import builtins
@@ -11,7 +12,6 @@ import pytest
 
 from cxlbench.cli.main import main
 from cxlbench.topology import read_machine
-from cxlbench.topology.read import MachineReadError
 from cxlbench.topology import sysfs
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -47,24 +47,32 @@ def unreadable(monkeypatch, name: str):
 # --- no NUMA nodes at all ---------------------------------------------------------------
 
 @pytest.mark.parametrize("hide", ["removed", "emptied"])
-def test_a_machine_without_numa_nodes_is_refused_not_run_as_an_empty_plan(capsys, root, tmp_path, hide):
+def test_a_machine_without_numa_nodes_plans_no_host_case_and_a_run_of_nothing_is_refused(capsys, root, tmp_path,
+                                                                                        hide):
     """A kernel without NUMA, or a container masking /sys: `run` said "run complete" with
-    no cases and exit 0, and `topology` printed empty tables."""
+    no cases and exit 0, and `topology` printed empty tables without a word."""
     shutil.rmtree(root / NODES)
     if hide == "emptied":
         (root / NODES).mkdir()
     out = tmp_path / "results"
-    for command in (["topology"], ["doctor"], ["run", "--suite", "ci", "--list"],
-                    ["run", "--suite", "ci", "--no-report", "--out", str(out)]):
-        err = refused(capsys, root, *command)
-        assert "/sys/devices/system/node shows no NUMA nodes" in err and "cannot be set or verified" in err
+    err = refused(capsys, root, "run", "--suite", "ci", "--no-report", "--out", str(out))
+    assert "ci plans no case on this machine" in err and "shows no NUMA nodes" in err
     assert not out.exists() or not any(out.rglob("*.parquet")), "nothing is measured, nor recorded"
+    assert main(["--root", str(root), "topology"]) == 0
+    assert "no host tiers: /sys/devices/system/node shows no NUMA nodes" in capsys.readouterr().out
+    assert main(["--root", str(root), "doctor"]) == 2
+    assert "ERROR    numa: /sys/devices/system/node shows no NUMA nodes" in capsys.readouterr().out
 
 
-def test_the_library_refuses_a_machine_without_numa_nodes_naming_the_root(root):
-    shutil.rmtree(root / NODES)
-    with pytest.raises(MachineReadError, match=rf"under {root}: .*shows no NUMA nodes"):
-        read_machine(str(root), probe_gpus=False)
+def test_without_numa_nodes_a_gpu_and_a_storage_tier_are_still_planned(tmp_path, capsys):
+    """HBM and NVMe need no host node: refusing the machine lost the GPU suite on a
+    kernel without NUMA."""
+    gpu = tmp_path / "gpu"
+    shutil.copytree(FIXTURES / "gpu_node", gpu, symlinks=True)
+    shutil.rmtree(gpu / NODES)
+    assert main(["--root", str(gpu), "run", "--suite", "gpu", "--list"]) == 0
+    planned = capsys.readouterr().out
+    assert "/hbm0/" in planned and "/nvme0/" in planned
 
 
 # --- a node's meminfo ---------------------------------------------------------------------

@@ -32,6 +32,9 @@ def topology(root: str = "/", declarations: list[str] = (), as_json: bool = Fals
         print(json.dumps(doc, indent=1))
     else:
         print(format_topology(env.machine, tiers))
+        if not env.machine.nodes:
+            from cxlbench.topology.nodes import NO_NODES
+            print(f"\nno host tiers: {NO_NODES}")
     return 0
 
 

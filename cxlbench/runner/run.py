@@ -24,6 +24,7 @@ from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_max
 from cxlbench.runner.worker import Installation, run_case
 from cxlbench.topology import classify_tiers, initiators, read_machine
+from cxlbench.topology.nodes import NO_NODES
 
 
 @dataclass
@@ -183,6 +184,9 @@ def configuration_name(config: RunConfig, meta: dict) -> tuple[str, str]:
 def run(config: RunConfig) -> RunOutcome:
     native_built()
     env, planned = prepare(config)
+    if not planned:               # else 'run complete' with nothing measured, and exit 0
+        raise SuiteError(f"{config.suite} plans no case on this machine"
+                         + (f": {NO_NODES}" if not env.machine.nodes else ""))
     if config.precision_of is None and any(p.spec.precision for p in planned):
         raise SuiteError("adaptive repetitions (precision) need a precision_of function "
                          "(cxlbench run passes analysis.reduction.case_precision)")

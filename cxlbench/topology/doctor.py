@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .model import Machine
+from .nodes import NO_NODES
 
 VERDICTS = ("ok", "info", "warning", "error")
 LOW_FREE_FRACTION = 0.10          # below this share of a node free, reclaim runs during measurement
@@ -140,6 +141,8 @@ def check_edac(m: Machine) -> Check:
 
 
 def check_node_memory(m: Machine) -> list[Check]:
+    if not m.nodes:
+        return [Check("numa", "error", NO_NODES)]
     checks = []
     for node in (n for _, n in sorted(m.nodes.items()) if n.has_memory):
         free, total = node.mem_free_bytes, node.mem_total_bytes

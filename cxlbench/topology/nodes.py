@@ -63,18 +63,19 @@ def read_node(root: str, node: int, ids: list[int], tiers: dict[int, list[int]])
     )
 
 
+#: why a machine view without nodes has no host tiers
+NO_NODES = (f"{NODE_DIR} shows no NUMA nodes (a kernel built without NUMA, or a container that masks /sys): "
+            "host memory cannot be placed or its placement verified")
+
+
 def read_nodes(root: str = "/") -> dict[int, Node]:
     """Every online NUMA node with its CPUs, memory, distances, huge pages, HMAT and tier.
 
     A kernel with NUMA support exposes node0 even on one socket. None at all (a
-    kernel built without NUMA, a container that masks /sys) leaves nothing that
-    memory can be bound to and checked on, so it is refused rather than read as
-    a machine with no memory, whose every run would be empty.
+    kernel built without NUMA, a container that masks /sys) gives an empty dict:
+    no host tier can be placed or checked there, but a GPU's HBM and a storage tier
+    still can, so the runner refuses only a plan left empty (NO_NODES says why).
     """
     ids = node_ids(root)
-    if not ids:
-        raise SysfsFormatError(f"{NODE_DIR} shows no NUMA nodes (a kernel built without NUMA, or a "
-                               "container that masks /sys): memory placement cannot be set or verified, "
-                               "so nothing can be measured here")
     tiers = read_memory_tiers(root)
     return {n: read_node(root, n, ids, tiers) for n in ids}
