@@ -44,9 +44,14 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _short_of_memory(e: BaseException) -> bool:
-    """A MemoryError, or a library that could not be mapped (ulimit -v, a cgroup limit)."""
-    return isinstance(e, MemoryError) or (isinstance(e, ImportError) and "failed to map segment" in str(e))
+def _short_of_memory(e: BaseException | None) -> bool:
+    """A MemoryError, or a library that could not be mapped (ulimit -v, a cgroup limit),
+    here or under the error raised from it (pandas re-raises numpy's failed import)."""
+    while e is not None:
+        if isinstance(e, MemoryError) or (isinstance(e, ImportError) and "failed to map segment" in str(e)):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -225,10 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     if cannot:
         print(f"cxlbench: error: {cannot}", file=sys.stderr)
         return 2
-    args = parser().parse_args(argv)
     with standing() as stop:
         try:
-            code = _command(args)
+            code = _command(parser().parse_args(argv))     # argument types import the store
             # a run stopped by SIGTERM keeps what finished and ends as the signal says
             return 128 + stop.signal if stop.signal else code
         except _known_errors() as e:

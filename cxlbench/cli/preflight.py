@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 import threading
+import time
 
 from cxlbench.settings import refused
 
@@ -42,7 +44,37 @@ def missing_requirements() -> str | None:
 
 def too_few_threads() -> str | None:
     """A limit too low to start THREADS threads: on processes (ulimit -u, a container's
-    pids.max), or on address space (ulimit -v: each thread reserves its stack)."""
+    pids.max), or an address space (ulimit -v) too small for their stacks. Probed in a
+    child process that exits after: each thread's malloc arena outlives it (16 took the
+    process from 13 MiB to 1 GiB of address space), and a thread that fails inside its
+    start can leave start() waiting forever."""
+    try:
+        pid = os.fork()
+    except OSError as e:
+        return f"this process cannot start another ({e.strerror}): {_RAISE}"
+    if pid == 0:
+        os._exit(_threads_started())
+    deadline = time.monotonic() + PROBE_S
+    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return f"starting {THREADS} threads did not finish within {PROBE_S:g} s: {_RAISE}"
+        time.sleep(0.001)
+    started = os.waitstatus_to_exitcode(done[1])
+    return None if started == THREADS else f"this process cannot start {THREADS} threads ({started} started): {_RAISE}"
+
+
+_RAISE = ("raise the limit on processes for this user (ulimit -u, a container's pids limit) or on its "
+          "address space (ulimit -v)")
+PROBE_S = 10.0
+
+
+def _threads_started() -> int:
+    """In the probe's child: how many of THREADS threads could be started at once.
+    Small stacks: the count is what is probed, not the room for 16 default stacks
+    (128 MiB), which a command that works at ulimit -v 1 GiB may never need."""
+    threading.stack_size(1 << 20)
     release = threading.Event()
     started = []
     try:
@@ -50,15 +82,10 @@ def too_few_threads() -> str | None:
             t = threading.Thread(target=release.wait, daemon=True)
             t.start()
             started.append(t)
-    except RuntimeError as e:                       # "can't start new thread"
-        return (f"this process cannot start {THREADS} threads ({e}; {len(started)} started): raise the "
-                "limit on processes for this user (ulimit -u, a container's pids limit) or on its address "
-                "space (ulimit -v)")
-    finally:
-        release.set()
-        for t in started:
-            t.join()
-    return None
+    except RuntimeError:                            # "can't start new thread"
+        pass
+    release.set()
+    return len(started)
 
 
 def cannot_start() -> str | None:
