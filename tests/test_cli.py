@@ -271,7 +271,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(capsys, unw
         main(["gate", "--baseline", str(base), "--current", str(cur), "--json", str(unwritable / "v" / "g.json")])
     err = capsys.readouterr()
     assert ended.value.code == 2 and err.out == ""
-    assert f"{unwritable} is not writable here" in err.err and len(err.err.strip().splitlines()) == 1
+    assert f"cannot be written: {unwritable} is " in err.err and len(err.err.strip().splitlines()) == 1
 
 
 def test_a_process_that_cannot_start_threads_is_told_so_before_anything_runs():
@@ -387,3 +387,35 @@ def test_the_summary_takes_no_figure_from_a_case_that_failed_part_way():
     everything = synthetic.make_run([replace(r, status="failed", reason="x") for r in results])
     assert tier_summary(everything.samples, everything.meta).startswith("no case was measured whole")
 
+
+
+def test_a_user_may_name_standard_output_whatever_it_is_and_wherever_they_stand():
+    """As a user, `--json /dev/stdout >> log` was refused because /dev is not theirs
+    (the file behind stdout is a regular one, so it was taken for a file to replace),
+    and `-o -` in a folder they cannot write was refused for that folder."""
+    import os
+    import subprocess
+    import sys
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become nobody (root may write /dev and any folder)")
+    import shutil
+    import tempfile
+    base = Path(tempfile.mkdtemp(dir="/tmp"))             # pytest's own folder is root's alone
+    base.chmod(0o755)
+    log, here = base / "log", base / "here"
+    log.touch()
+    log.chmod(0o666)                                    # the user's own log, as theirs would be
+    here.mkdir(mode=0o555)
+    # set dumpable again after setuid, as a user's own process is: else /proc/self is root's
+    probe = ("import ctypes, os; from cxlbench.cli.argtypes import out_file; import cxlbench.results.store; "
+             f"os.setgid(65534); os.setuid(65534); ctypes.CDLL(None).prctl(4, 1, 0, 0, 0); "
+             f"os.chdir({str(here)!r}); "
+             "print(out_file('/dev/stdout'), out_file('-'))")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    with open(log, "a") as appended:
+        r = subprocess.run([sys.executable, "-c", probe], stdout=appended, stderr=subprocess.PIPE, text=True,
+                           env=env, timeout=120)
+    said = log.read_text().strip()
+    shutil.rmtree(base)
+    assert r.returncode == 0, r.stderr
+    assert said == "/dev/stdout -"

@@ -83,7 +83,8 @@ def test_a_run_that_could_not_write_its_folder_is_refused_before_waiting(holder,
     code = main(["run", "--suite", _suite(tmp_path), "--out", str(unwritable / "results"), "--no-report"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
-    assert f"{unwritable} cannot take this run" in err[0] and "--out" in err[0] and "waiting" not in err[0]
+    assert f"the run's folder cannot be made: {unwritable} is " in err[0] and "--out" in err[0]
+    assert "waiting" not in err[0]
 
 
 def test_an_ab_session_that_could_not_write_its_folder_is_refused_before_waiting(holder, tmp_path, capsys,
@@ -93,7 +94,7 @@ def test_an_ab_session_that_could_not_write_its_folder_is_refused_before_waiting
     ab.write_text(f'suite = "{suite}"\nrounds = 2\n[[config]]\nname = "a"\n[[config]]\nname = "b"\n')
     code = main(["ab", str(ab), "--out", str(unwritable / "r")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and f"{unwritable} cannot take this run" in err[0], err
+    assert code == 2 and len(err) == 1 and f"the run's folder cannot be made: {unwritable} is " in err[0], err
 
 
 def test_an_ab_session_holds_the_lock_too(holder, tmp_path, capsys):

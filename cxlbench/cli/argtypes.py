@@ -57,14 +57,13 @@ def out_file(text: str) -> str:
         folder = os.path.dirname(folder)
     if folder and not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {folder} is a file, not a folder")
-    # A regular file is replaced through a new one beside it, so its folder must take
-    # one; a device or FIFO (/dev/stdout) is written in place. access() also says
-    # EROFS for a read-only mount, where root may write anything else.
-    in_place = os.path.exists(text) and not os.path.isfile(text)
-    if not os.access(text if in_place else folder or ".", os.W_OK | (0 if in_place else os.X_OK)):
-        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: "
-                                         f"{text if in_place else folder or '.'} is not writable here")
-    run = run_above(os.path.abspath(text)) if text != "-" else None     # "-": standard output
+    if text == "-":                                 # standard output
+        return text
+    from cxlbench.results.store import unwritable
+    cannot = unwritable(text)
+    if cannot:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {cannot}")
+    run = run_above(os.path.abspath(text))
     if run:
         raise argparse.ArgumentTypeError(f"{text!r} is inside the run {run}: write elsewhere (a run's folder "
                                          f"holds what was measured, never a command's output)")

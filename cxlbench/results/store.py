@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pwd
 import re
 import stat
 import tempfile
@@ -106,6 +107,29 @@ def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)
     atomic_write(path, buf.getvalue())
+
+
+def unwritable(path: Path | str) -> str | None:
+    """Why atomic_write could not write `path` here, in a few words (None where it
+    could): a stream or device is written in place, so it must take writes; a file is
+    replaced through a new one beside it, so the nearest folder there must take one.
+    access() also answers EROFS for a read-only mount, where root may write anything
+    else, and the owner of a folder another user holds is named."""
+    path = Path(path)
+    if _a_stream(path) or (path.exists() and not path.is_file()):
+        return None if os.access(path, os.W_OK) else f"{path} is not writable here"
+    there = path.parent
+    while not there.exists() and there.parent != there:
+        there = there.parent
+    if os.access(there, os.W_OK | os.X_OK):
+        return None
+    if os.statvfs(there).f_flag & os.ST_RDONLY:
+        return f"{there} is on a read-only file system"
+    try:
+        owner = f" (it belongs to {pwd.getpwuid(there.stat().st_uid).pw_name})"
+    except (KeyError, OSError):
+        owner = ""
+    return f"{there} is not writable by this user{owner}"
 
 
 def _a_stream(path: Path) -> bool:

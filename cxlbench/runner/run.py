@@ -5,7 +5,6 @@ import contextlib
 import itertools
 import os
 import platform
-import pwd
 import socket
 import sys
 import time
@@ -18,7 +17,7 @@ from cxlbench.benchmarks import family
 from cxlbench.benchmarks.base import Env, Planned, describe
 from cxlbench.results.schema import COMPLETE, CORE_COLUMNS, FAILED, PARTIAL, SKIPPED, CaseResult
 from cxlbench.results.location import is_url
-from cxlbench.results.store import ResultsError, RunWriter, StoreWriter, safe_name
+from cxlbench.results.store import RUN_JSON, ResultsError, RunWriter, StoreWriter, safe_name, unwritable
 from cxlbench.runner import ecc, lock, processes, sentinels
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_max
@@ -192,7 +191,9 @@ def run(config: RunConfig) -> RunOutcome:
                          "(cxlbench run passes analysis.reduction.case_precision)")
     watching = sentinels.plan(env.suite, env, planned)
     if not is_url(config.out):
-        writable(Path(config.out) / safe_name(env.machine.hostname))
+        named = config.configuration if config.configuration not in (None, "", "auto") else ""
+        writable(Path(config.out) / safe_name(named) / safe_name(env.machine.hostname) if named
+                 else Path(config.out) / safe_name(env.machine.hostname))
     with lock.measuring(lock.command_text(config.command, f"cxlbench run --suite {config.suite}"), config.wait):
         return _measure(config, env, planned, watching)
 
@@ -200,16 +201,9 @@ def run(config: RunConfig) -> RunOutcome:
 def writable(folder: Path) -> None:
     """Refused before the lock is waited for: a user could wait out another's whole
     run and then fail to make the run's folder (in a checkout where root ran first)."""
-    there = folder
-    while not there.exists() and there.parent != there:
-        there = there.parent
-    if not os.access(there, os.W_OK | os.X_OK):
-        try:
-            owner = f" (it belongs to {pwd.getpwuid(there.stat().st_uid).pw_name})"
-        except (KeyError, OSError):
-            owner = ""
-        raise SuiteError(f"{there} cannot take this run: it is not writable by this user{owner}; "
-                         "give --out a folder of yours")
+    cannot = unwritable(folder / RUN_JSON)
+    if cannot:
+        raise SuiteError(f"the run's folder cannot be made: {cannot}; give --out a folder of yours")
 
 
 def _measure(config: RunConfig, env: Env, planned: list[Planned], watching: sentinels.Plan) -> RunOutcome:
