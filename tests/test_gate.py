@@ -170,6 +170,19 @@ def test_a_case_that_failed_part_way_is_missing_not_judged_on_its_first_repetiti
     assert gate(base, syn.make_run(cur_results, label="cur"), allow_missing=True).exit_code == 1
 
 
+def test_a_baseline_case_that_failed_part_way_is_no_reference_and_new_cases_stay_new():
+    rng = np.random.default_rng(2)
+    base = syn.make_run([replace(r, status=FAILED, reason="timed out after 600 s") if i == 0 else r
+                         for i, r in enumerate(sim_results(rng, 3))], label="base")
+    cur_results = sim_results(rng, 4)                     # a fourth working set: new in the current run
+    result = gate(base, syn.make_run(cur_results, label="cur"), allow_missing=True)
+    assert list(result.missing["why"]) == ["failed in the baseline: timed out after 600 s"]
+    assert cur_results[0].case.case_id not in set(result.rows["case_id"])
+    # the new cases are the current run's fourth working sets, whatever else is missing
+    assert sorted(result.new["point"].str.split("|").str[0]) == sorted(
+        r.case.case_id for r in (cur_results[3], cur_results[7]))
+
+
 def test_machine_identity_mismatch_exits_2():
     rng = np.random.default_rng(4)
     res = sim_results(rng, 3)

@@ -23,6 +23,7 @@ from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt
                                        fmt_num, fmt_pct)
 from cxlbench.analysis.stats import CONFIDENCE, FASTER, INCONCLUSIVE, SAME, SLOWER
 from cxlbench.analysis.thresholds import ThresholdError, Thresholds, load_thresholds
+from cxlbench.results.schema import FAILED
 from cxlbench.results.store import ResultsError, Run
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
@@ -348,10 +349,10 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
                if c.get("status") not in (None, "ok")}
     if not missing.empty:
         missing["why"] = [_missing_reason(p, reasons) for p in missing["point"]]
-    missing = pd.concat([missing, _failed_part_way(cmp, reasons)], ignore_index=True) \
-        if not missing.empty else _failed_part_way(cmp, reasons)
-    result.missing = missing
     result.new = um[~um.index.isin(missing.index)] if not um.empty else um
+    cut = _failed_part_way(cmp, reasons, _failed(base))
+    missing = pd.concat([missing, cut], ignore_index=True) if not missing.empty else cut
+    result.missing = missing
     if not missing.empty and not allow_missing:
         shown = ", ".join(missing["point"].head(5))
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -372,17 +373,28 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     return result
 
 
-def _failed_part_way(cmp: Comparison, reasons: dict[str, str]) -> pd.DataFrame:
-    """The current run's cases that failed after some repetitions, taken out of the
+def _failed(run: Run) -> dict[str, str]:
+    """case_id -> reason, for the run's cases that failed."""
+    return {c["case_id"]: c.get("reason") or "" for c in run.meta.get("cases", []) or []
+            if c.get("status") == FAILED}
+
+
+def _failed_part_way(cmp: Comparison, reasons: dict[str, str], base_failed: dict[str, str]) -> pd.DataFrame:
+    """The cases that failed after some repetitions, in either run, taken out of the
     comparison and counted missing: their samples are kept, but a case that failed
     is not measured, and judged on its first repetitions it passed a gate whose
     every case had failed (the workers' interpreter gone mid-run)."""
-    failed = cmp.rows["case_id"].map(lambda c: reasons.get(c, "")).str.startswith("failed")
-    taken = cmp.rows[failed]
-    cmp.rows = cmp.rows[~failed].reset_index(drop=True)
+    rows = cmp.rows
+    base_ids = rows["point_base"].str.split("|", n=1).str[0]
+    in_cur = rows["case_id"].map(lambda c: reasons.get(c, "")).str.startswith(FAILED)
+    in_base = base_ids.isin(list(base_failed))
+    taken, bases = rows[in_cur | in_base], base_ids[in_cur | in_base]
+    cmp.rows = rows[~(in_cur | in_base)].reset_index(drop=True)
+    why = [reasons[c] if reasons.get(c, "").startswith(FAILED) else f"failed in the baseline: {base_failed[b]}"
+           for c, b in zip(taken["case_id"], bases)]
     return pd.DataFrame({"run": taken["run"], "point": taken["point_base"], "benchmark": taken["benchmark"],
                          "metric": taken["metric"], "target": taken["target_base"], "key": taken["key"],
-                         "why": [reasons[c] for c in taken["case_id"]]}).reset_index(drop=True)
+                         "why": why}).reset_index(drop=True)
 
 
 def _missing_reason(point: str, reasons: dict[str, str]) -> str:
