@@ -262,6 +262,8 @@ def test_a_link_is_written_through_and_a_fifo_in_place(tmp_path):
     (lambda: __import__("pyarrow").ArrowException(
         "Unknown error: Failed to launch worker thread: Resource temporarily unavailable"), "could not start a thread"),
     (MemoryError, "out of memory"),
+    (lambda: OSError(24, "Too many open files"), "raise the limit on open files (ulimit -n)"),
+    (lambda: PermissionError(13, "Permission denied"), "this user may not read it"),
 ])
 def test_a_file_this_process_could_not_read_is_not_called_damaged(tmp_path, monkeypatch, failure, says):
     """The message said 're-run the case or remove the file' of a good run's samples."""

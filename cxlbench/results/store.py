@@ -20,6 +20,7 @@ every case it finished; no node ever writes under another's prefix.
 """
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -347,7 +348,7 @@ def _read_table(path: Path | str, kind: str, columns: list[str], source: Any = N
         condition = _not_the_file(e)
         if condition:
             raise ResultsError(f"{path} could not be read here ({condition}); the file is not judged "
-                               "damaged: try again where the process has room") from None
+                               "damaged") from None
         raise ResultsError(f"{path} is not a readable {kind} file ({type(e).__name__}); "
                            f"re-run the case or remove the file") from None
     missing = [c for c in columns if c not in frame.columns]
@@ -361,11 +362,16 @@ def _not_the_file(e: Exception) -> str | None:
     """What kept a file from being read when it was this process, not the file: told
     apart, as removing a good run's samples on the advice would lose them."""
     if isinstance(e, MemoryError) or type(e).__name__ == "ArrowMemoryError":
-        return "out of memory"
+        return "out of memory: try again where the process has room"
     if "launch worker thread" in str(e):
-        return "pyarrow could not start a thread: the limit on processes (ulimit -u) or address space"
-    if isinstance(e, PermissionError):
-        return "permission denied"
+        return ("pyarrow could not start a thread: raise the limit on processes (ulimit -u) or address "
+                "space (ulimit -v)")
+    if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
+        return f"{e.strerror}: raise the limit on open files (ulimit -n)"
+    if isinstance(e, OSError) and e.errno in (errno.ENOMEM, errno.EAGAIN):
+        return f"{e.strerror}: try again where the process has room"
+    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM):
+        return f"{e.strerror}: this user may not read it"
     return None
 
 
