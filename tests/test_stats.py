@@ -236,8 +236,8 @@ def test_contiguity_notes_only_a_faster_or_slower_verdict_and_keeps_the_notes_be
     assert note_contiguity(change("same"), 0.94, 0.2).note == ""
     assert note_contiguity(change("slower"), None, None).note == ""            # neither run could see frames
     # a root baseline against a user's run: the note could never be raised, and nothing said so
-    assert "frames hidden (a run not as root)" in note_contiguity(change("slower"), 0.94, None).note
-    assert "cannot be compared" in note_contiguity(change("faster"), math.nan, 0.5).note
+    assert "frames hidden from a run not as root" in note_contiguity(change("slower"), 0.94, None).note
+    assert "cannot be ruled out" in note_contiguity(change("faster"), math.nan, 0.5).note
     assert note_contiguity(change("slower", "unstable"), 0.2, 0.9).note.startswith("unstable; the runs'")
 
 

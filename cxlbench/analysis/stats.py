@@ -328,9 +328,9 @@ def contiguity_note(base: float | None, cur: float | None, apart: float = CONTIG
     run not as root); "" where they agree or neither is known."""
     known_base, known_cur = (x is not None and math.isfinite(x) for x in (base, cur))
     if known_base != known_cur:
-        return (f"one side of {sides} buffers had its frames hidden (a run not as root): their physical "
-                f"contiguity, which alone moved a chase up to a fifth on this project's VM "
-                f"(docs/validation.md run L), cannot be compared")
+        return (f"the physical contiguity of {sides} buffers is unknown on one side (frames hidden from a run "
+                f"not as root, or not recorded): a difference, which alone moved a chase up to a fifth on "
+                f"this project's VM (docs/validation.md run L), cannot be ruled out")
     # rounded: 0.94 - 0.84 is 0.0999… in binary, and "0.10 or more" should hold it
     if not known_base or round(abs(cur - base), 6) < apart:
         return ""

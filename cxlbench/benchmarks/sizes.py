@@ -16,7 +16,9 @@ def hugetlb_short(machine: Machine, node: int, page: str, pages: int) -> str | N
     can): the pool holds what root reserved, and the line says how."""
     found = machine.nodes.get(node)
     pool = found.hugepages.get(PAGE_BYTES[page]) if found else None
-    have = pool.free if pool else 0
+    if pool is None:                # no such pool to raise (1 GiB pages on a VM without pdpe1gb)
+        return f"node {node} offers no {page} pages (no hugepages-{PAGE_BYTES[page] >> 10}kB pool)"
+    have = pool.free
     if have >= pages:
         return None
     return (f"needs {pages} free {page} pages on node {node}, {have} reserved: as root, raise "
