@@ -305,6 +305,35 @@ def test_the_thread_probe_leaves_the_command_s_address_space_as_it_was():
     assert vm_kib() - before < 16 << 10
 
 
+@pytest.mark.parametrize("name, value", [("CXLBENCH_ADAMW_ISA", "AVX2"), ("CXLBENCH_ADAMW_ISA", " scalar"),
+                                         ("CXLBENCH_ADAMW_STORES", "Plain")])
+def test_a_setting_the_c_core_would_ignore_is_refused_before_anything(capsys, monkeypatch, tmp_path, name,
+                                                                      value):
+    """The C core takes any value it does not know for the default: 'Plain' measured
+    the streaming stores, 'AVX2' the widest path, while the run recorded the value.
+    Only what runs the C core refuses it: a report or a gate never reads it."""
+    monkeypatch.setenv(name, value)
+    suite = tmp_path / "tiny.toml"
+    suite.write_text('repetitions = 2\n[[benchmark]]\nname = "fakes.family"\n')
+    code, out, err = run_cli(capsys, "run", "--suite", str(suite), "--out", str(tmp_path / "r"), "--no-report")
+    assert not (tmp_path / "r").exists()
+    assert code == 2 and err.strip() == f"cxlbench: error: {name}={value!r} is not one of " \
+        f"{', '.join(SETTINGS[name])} (the C core would ignore it)"
+    assert run_cli(capsys, "run", "--list", "--suite", str(suite))[0] == 0
+
+
+def test_commands_run_with_docstrings_stripped():
+    """PYTHONOPTIMIZE=2 (python -OO) strips __doc__, which the parser's description was
+    cut from: every command failed with an AttributeError."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    r = subprocess.run([sys.executable, "-OO", "-m", "cxlbench.cli.main", "run", "--list", "--suite", "quick"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and "latency" in r.stdout, r.stderr
+
+
 def _unmappable():
     """What pandas raised at ulimit -v 600000: numpy's failed load, re-raised."""
     try:

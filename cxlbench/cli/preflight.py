@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 
-from cxlbench.settings import refused
 
 # What every command imports (pyproject's dependencies, less torch: the training
 # families record a skip without it).
@@ -90,4 +89,4 @@ def _threads_started() -> int:
 
 def cannot_start() -> str | None:
     """Why no command can start here, in one line (None when one can)."""
-    return missing_directory() or missing_requirements() or too_few_threads() or refused(os.environ)
+    return missing_directory() or missing_requirements() or too_few_threads()

@@ -24,6 +24,7 @@ from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_ma
 from cxlbench.runner.worker import Installation, run_case
 from cxlbench.topology import classify_tiers, initiators, read_machine
 from cxlbench.topology.nodes import NO_NODES
+from cxlbench.settings import refused
 
 
 @dataclass
@@ -118,12 +119,16 @@ def versions() -> dict[str, str]:
 
 
 def native_built() -> None:
-    """Without the compiled C core every case would fail on a missing attribute:
-    say so once, before anything runs."""
+    """Without the compiled C core every case would fail on a missing attribute, and
+    with a setting it ignores it would measure what was not asked: say so once,
+    before anything runs."""
     from cxlbench.memory import native_missing
     if native_missing():
         raise SuiteError("the C core (cxlbench._native) is not built: run `make setup`, "
                          "or `pip install -e .` in this checkout")
+    setting = refused(os.environ)
+    if setting:
+        raise SuiteError(setting)
 
 
 def prepare(config: RunConfig) -> tuple[Env, list[Planned]]:
