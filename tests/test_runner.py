@@ -284,3 +284,31 @@ def test_the_progress_line_on_a_terminal_never_wraps(monkeypatch):
     p.begin("fakes.family/cpu:node0/ddr0/i=0,level=1.0,mode=ok,pause_s=0.5 [process 6/10]")
     drawn = out.getvalue().split("\r")[-1].replace("\033[K", "")
     assert 20 <= len(drawn) <= 49
+
+
+def test_running_out_of_memory_mid_run_leaves_a_partial_run_not_one_still_running(tmp_path, monkeypatch):
+    """Only a failed write marked the run partial: after a MemoryError it read as
+    'running' for ever, and history took it for a run in progress."""
+    from cxlbench.runner import run as run_module
+    real, calls = run_module.run_case, []
+
+    def exhausted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise MemoryError()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(run_module, "run_case", exhausted)
+    with pytest.raises(MemoryError):
+        run(RunConfig(suite_file(tmp_path, ["ok", "ok"]), out=str(tmp_path / "r")))
+    [path] = find_runs(tmp_path / "r")
+    stored = load_run(path)
+    assert stored.meta["status"] == "partial" and len(stored.samples) > 0
+
+
+def test_another_installation_that_cannot_be_started_fails_its_case_with_the_reason():
+    from cxlbench.results.schema import Case
+    from cxlbench.runner.run import build_env
+    from cxlbench.runner.worker import Installation, run_case
+    case = Case("fakes.family", "cpu:node0", "ddr0", "ddr", {"mode": "ok", "i": 0, "level": 1.0})
+    r = run_case(case, "fakes.family", build_env("/", []), 60, Installation(python="/nonexistent/cxlbench/python"))
+    assert r.status == "failed" and "its process could not be started (No such file or directory)" in r.reason

@@ -229,6 +229,10 @@ def _measure(config: RunConfig, env: Env, planned: list[Planned], watching: sent
             writer.finish(PARTIAL)
         raise ResultsError(f"{writer.path}: {e.strerror or e} while writing the run; the cases measured "
                            "before it are kept there (the run reads as partial)") from None
+    except MemoryError:           # the cases measured so far read as a partial run, not one still running
+        with contextlib.suppress(OSError, MemoryError):
+            writer.finish(PARTIAL)
+        raise
     return RunOutcome(writer.path, status, results, list(watch.results.values()) if watch else [],
                       getattr(writer, "url", None))
 

@@ -177,8 +177,11 @@ def _run_elsewhere(case: Case, ref: str, env: Env, timeout_s: float, inst: Insta
         job.write_bytes(pickle.dumps((case, ref, env)))
         # run from the job's folder: python puts its working directory first on the
         # path, and the runner's may hold the runner's own cxlbench
-        proc = subprocess.Popen(inst.command() + [str(job), str(out)], env=inst.environ(), cwd=d,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            proc = subprocess.Popen(inst.command() + [str(job), str(out)], env=inst.environ(), cwd=d,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except OSError as e:
+            return Outcome(FAILED, reason=why_not_started(e))
         try:
             _, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
