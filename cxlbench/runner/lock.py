@@ -18,10 +18,14 @@ has its own /tmp, and a lock there would not keep it from measuring beside a
 terminal's run. But /run/lock is not every user's either: systemd makes it root's
 alone (0755; Debian makes it 1777), so a user could not make the file there, and
 a lock only in /tmp for users and only in /run/lock for root let root's run and a
-user's measure at once. So a measurement holds the file in each of /run/lock and
-/tmp that it can open, always in that order (no two can deadlock): root makes and
-holds both, a user holds /tmp's and /run/lock's once root has made it (0666), so
-any two share one. CXLBENCH_LOCK names one file instead (the tests give each
+user's measure at once. So a measurement holds the file in each of /run/lock,
+/dev/shm and /tmp that it can open, always in that order (no two can deadlock):
+root makes and holds all three, a user the ones in /dev/shm and /tmp (both 1777)
+and /run/lock's once root has made it (0666). Two processes share one of them
+unless neither sees the other's: a PrivateTmp service and a terminal share
+/dev/shm, which PrivateTmp leaves alone; containers with a /dev/shm and /tmp of
+their own share only /run/lock, once root made it there, or a CXLBENCH_LOCK on a
+shared mount. CXLBENCH_LOCK names one file instead (the tests give each
 session its own, so they never wait on a real run of the machine).
 """
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Callable, Iterator
 
 ENV = "CXLBENCH_LOCK"
 NAME = "cxlbench.lock"
-DIRS = ("/run/lock", "/tmp")
+DIRS = ("/run/lock", "/dev/shm", "/tmp")
 
 _held = 0          # nesting depth in this process: a run inside a held lock does not wait on itself
 
