@@ -28,6 +28,14 @@ HAVE_LMB=1; [ -x "$LMB/lat_mem_rd" ] || { HAVE_LMB=0
   skip "lmbench: skipped, $LMB/lat_mem_rd not found (Debian's lmbench package, in the non-free component); no lat_mem_rd or bw_mem figures."; }
 HAVE_LIKWID=1; command -v likwid-bench > /dev/null || { HAVE_LIKWID=0
   skip "likwid-bench: skipped, not installed (Debian's likwid package); no likwid-bench figures."; }
+# The CPUs cxlbench's workers pin to: its latency worker the first CPU of node 0
+# (tier ddr0's initiator), its N read threads the node's first N. lmbench is pinned
+# to the same: on a VM a peer left to the scheduler moved with the vCPU it landed on.
+NODE0=$(cat /sys/devices/system/node/node0/cpulist)
+CPU=$(cut -d, -f1 <<< "$NODE0" | cut -d- -f1)
+cpus() {   # the first $1 CPUs of node 0, as a taskset list
+  $PYTHON -c "from cxlbench.topology.sysfs import parse_cpulist; import sys; print(','.join(map(str, parse_cpulist(sys.argv[1])[:int(sys.argv[2])])))" "$NODE0" "$1"
+}
 # lmbench's calibration misbehaves in VMs; a fixed ENOUGH (µs per timing) steadies it.
 export ENOUGH=100000
 # likwid-bench's load_avx, 1 and 2 threads, one line per run: ROUND WHEN MBYTE/S. A run
@@ -47,7 +55,7 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "round $r: lat_mem_rd -t (random chain, up to 1024 MB)"
     # -N 1: lmbench keeps the minimum of its repetitions; one repetition per round
     # makes its figure a sample like ours, and the rounds give its spread.
-    "$LMB/lat_mem_rd" -t -N 1 1024 64 2> "$OUT/lat_mem_rd-$r.txt" 9>&-
+    taskset -c "$CPU" "$LMB/lat_mem_rd" -t -N 1 1024 64 2> "$OUT/lat_mem_rd-$r.txt" 9>&-
   fi
   unlock; lock
   # This VM's one-thread read moves 15% from one minute to the next: likwid-bench runs
@@ -59,7 +67,7 @@ for r in $(seq 1 "$ROUNDS"); do
   if (( HAVE_LIKWID )); then echo "round $r: likwid-bench again"; likwid_reads "$r" after 9>&-; fi
   if (( HAVE_LMB )); then
     echo "round $r: bw_mem rd 512m, 1 and 2 processes"
-    for p in 1 2; do "$LMB/bw_mem" -P $p -N 1 512m rd 2>> "$OUT/bw_mem-P$p.txt" 9>&-; done
+    for p in 1 2; do taskset -c "$(cpus "$p")" "$LMB/bw_mem" -P $p -N 1 512m rd 2>> "$OUT/bw_mem-P$p.txt" 9>&-; done
   fi
   unlock
 done
