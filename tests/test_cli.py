@@ -448,3 +448,27 @@ def test_a_user_may_name_standard_output_whatever_it_is_and_wherever_they_stand(
     shutil.rmtree(base)
     assert r.returncode == 0, r.stderr
     assert said == "/dev/stdout -"
+
+
+def test_an_interpreter_without_the_report_s_libraries_measures_and_refuses_only_the_report(tmp_path):
+    """The test bed's guest has no jinja2 or matplotlib and measures with --no-report:
+    requiring them of every command failed it; a report asked for there is one line."""
+    import os
+    import subprocess
+    import sys
+    suite = tmp_path / "tiny.toml"
+    suite.write_text('repetitions = 2\n[[benchmark]]\nname = "fakes.family"\n')
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": f"{tests.parent}{os.pathsep}{tests}"}
+
+    def bare(*args: str) -> subprocess.CompletedProcess:
+        code = ("import sys; sys.modules['jinja2'] = sys.modules['matplotlib'] = None; "
+                f"from cxlbench.cli.main import main; sys.exit(main({list(args)!r}))")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    measured = bare("run", "--suite", str(suite), "--out", str(tmp_path / "r"), "--no-report")
+    assert measured.returncode == 0, measured.stderr
+    reported = bare("run", "--suite", str(suite), "--out", str(tmp_path / "r"))
+    line, = reported.stderr.strip().splitlines()[-1:]
+    assert reported.returncode == 2 and "Traceback" not in reported.stderr
+    assert "a report needs jinja2" in line or "a report needs matplotlib" in line
+

@@ -19,7 +19,7 @@ from cxlbench.version import __version__
 from cxlbench.cli import commands
 from cxlbench.cli.argtypes import fraction, machine_root, out_file, results_dir, seconds, whole
 from cxlbench.cli.commands import UserError
-from cxlbench.cli.preflight import cannot_start
+from cxlbench.cli.preflight import REPORT_ONLY, cannot_start
 from cxlbench.cli.streams import prepare_streams, standing
 
 
@@ -243,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{e.strerror or e}", file=sys.stderr)
             return 2
         except (MemoryError, ImportError) as e:
+            if isinstance(e, ModuleNotFoundError) and e.name in REPORT_ONLY:
+                print(f"cxlbench: error: a report needs {e.name}, not installed for {sys.executable}: "
+                      f"`pip install {e.name}`, or pass --no-report; runs finished so far are on disk",
+                      file=sys.stderr)
+                return 2
             if not _short_of_memory(e):
                 raise
             print(f"cxlbench: error: out of memory ({type(e).__name__}{': ' if str(e) else ''}{e}): the address "

@@ -11,9 +11,12 @@ import threading
 import time
 
 
-# What every command imports (pyproject's dependencies, less torch: the training
-# families record a skip without it).
-REQUIRED = ("numpy", "pandas", "pyarrow", "jinja2", "matplotlib", "scipy")
+# What measuring and reading results import (pyproject's dependencies, less torch,
+# whose families record a skip without it, and less what only a report draws with:
+# the test bed's guest measures with --no-report and has neither).
+REQUIRED = ("numpy", "pandas", "pyarrow", "scipy")
+#: imported only to render a report: missing, a report is refused when asked for
+REPORT_ONLY = ("jinja2", "matplotlib")
 
 # Threads a command may start at once: pyarrow's two pools, OpenBLAS, the sentinel's
 # probe, a worker's pipe reader. Below this pyarrow hung while reading a run (holding
