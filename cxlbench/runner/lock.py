@@ -123,14 +123,15 @@ def measuring(command: str, wait: bool = True,
         return
     held: list[tuple[int, bool]] = []
     waited = False
+    wanted = paths()
     try:
-        for p in paths():
+        for p in wanted:
             opened = _open(p)
             if opened is not None:
                 held.append(opened)
                 waited = _take(opened[0], p, wait, say) or waited
         if not held:
-            where = f"{ENV}={paths()[0]}" if os.environ.get(ENV, "").strip() else " or ".join(DIRS)
+            where = f"{ENV}={wanted[0]}" if os.environ.get(ENV, "").strip() else " or ".join(DIRS)
             raise OSError(f"no measurement lock file could be opened ({where}): set {ENV} to a file "
                           "every measuring user can open")
         if waited:
