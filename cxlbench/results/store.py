@@ -162,6 +162,12 @@ def _json_default(obj: Any):
     return str(obj)
 
 
+def machine_folder(out_dir: str | Path, machine_name: str, configuration: str | None = None) -> Path:
+    """Where a machine's runs go under `out_dir`: results/[<configuration>/]<machine>."""
+    root = Path(out_dir) / safe_name(configuration) if configuration else Path(out_dir)
+    return root / safe_name(machine_name)
+
+
 class RunWriter:
     """Owns one run directory while the run is being made."""
 
@@ -173,9 +179,7 @@ class RunWriter:
         if root.exists() and not root.is_dir():
             raise ResultsError(f"{root} is not a directory; pass --out a results directory")
         self.run_id = meta.get("run_id") or new_run_id(meta.get("label"))
-        if configuration:
-            root = root / safe_name(configuration)
-        self.path = root / safe_name(machine_name) / self.run_id
+        self.path = machine_folder(root, machine_name, configuration) / self.run_id
         (self.path / PARTS).mkdir(parents=True, exist_ok=False)
         self._hist_parts = 0
         self.meta = {"schema_version": SCHEMA_VERSION, **meta, "run_id": self.run_id,

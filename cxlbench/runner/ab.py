@@ -57,7 +57,7 @@ from cxlbench.benchmarks.base import Env, Planned
 from cxlbench.benchmarks.spec import known_keys
 from cxlbench.units import parse_fraction
 from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, CaseResult
-from cxlbench.results.store import RunWriter, atomic_write, now_iso, safe_name
+from cxlbench.results.store import RunWriter, atomic_write, machine_folder, now_iso, safe_name
 from cxlbench.runner import lock, processes
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.run import (RunConfig, build_env, measure_slice, native_built, open_writer, plan_suite,
@@ -284,7 +284,7 @@ def run_session(session: Session, out: str = "results", root: str = "/", label: 
         raise SuiteError(f"{session.path}: {rounds} round (the suite's repetitions): at least 2 "
                          f"give a paired ratio; set rounds")
     sides = plan_sides(session, rounds, root)
-    writable(Path(out) / safe_name(sides[0].env.machine.hostname))
+    writable(machine_folder(out, sides[0].env.machine.hostname))
     with lock.measuring(lock.command_text(list(command or []), f"cxlbench ab {session.path}"), wait):
         return _measure_session(session, sides, rounds, out, root, label, command, imprecise)
 

@@ -17,7 +17,7 @@ from cxlbench.benchmarks import family
 from cxlbench.benchmarks.base import Env, Planned, describe
 from cxlbench.results.schema import COMPLETE, CORE_COLUMNS, FAILED, PARTIAL, SKIPPED, CaseResult
 from cxlbench.results.location import is_url
-from cxlbench.results.store import RUN_JSON, ResultsError, RunWriter, StoreWriter, safe_name, unwritable
+from cxlbench.results.store import RUN_JSON, ResultsError, RunWriter, StoreWriter, machine_folder, unwritable
 from cxlbench.runner import ecc, lock, processes, sentinels
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_max
@@ -196,9 +196,8 @@ def run(config: RunConfig) -> RunOutcome:
                          "(cxlbench run passes analysis.reduction.case_precision)")
     watching = sentinels.plan(env.suite, env, planned)
     if not is_url(config.out):
-        named = config.configuration if config.configuration not in (None, "", "auto") else ""
-        writable(Path(config.out) / safe_name(named) / safe_name(env.machine.hostname) if named
-                 else Path(config.out) / safe_name(env.machine.hostname))
+        named = config.configuration if config.configuration not in (None, "", "auto") else None
+        writable(machine_folder(config.out, env.machine.hostname, named))
     with lock.measuring(lock.command_text(config.command, f"cxlbench run --suite {config.suite}"), config.wait):
         return _measure(config, env, planned, watching)
 
