@@ -168,6 +168,21 @@ def syn_load(path):
     return load_run(path)
 
 
+def test_the_tier_summary_takes_no_figure_from_a_case_that_failed_part_way():
+    """As the terminal's summary: a case's first repetitions, kept in the run, are not
+    its figure; the family's own tables still show them."""
+    from dataclasses import replace
+    results = syn.suite_results(np.random.default_rng(3), tiers=("ddr0",), working_sets=[1 << 30],
+                                threads=(1,), kernels=("read",), pages=("4k",), loaded=False, extras=False)
+    cut = syn.make_run([replace(r, status="failed", reason="worker exited with code 255")
+                        if r.case.benchmark == "latency" else r for r in results])
+    summary = report.run_context(cut)["summary"]
+    shown = {f"{f['title']} ({f['unit']})" for f in summary["figures"]}
+    assert "peak read (GB/s)" in shown and "idle latency (ns)" not in shown
+    whole = report.run_context(syn.make_run(results))["summary"]
+    assert "idle latency (ns)" in {f"{f['title']} ({f['unit']})" for f in whole["figures"]}
+
+
 def test_embedded_csv_holds_the_samples(run_html, runs):
     import io
     from urllib.parse import unquote

@@ -241,3 +241,18 @@ def test_publish_refuses_bad_input_in_one_line(tmp_path, capsys):
         assert main(["publish", str(lab_dir), "-o", str(site)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and ("overlap" in err or "holds measured runs" in err)
+
+
+def test_a_machines_headlines_take_no_figure_from_a_case_that_failed_part_way(tmp_path):
+    """The index's headline for a machine is its newest run's figure: a case of that run
+    that failed part-way keeps its samples in the run, but has no figure to head with."""
+    path = add_run(tmp_path / "store", "cxl-a", "a1", START, seed=1)
+    meta = json.loads((path / "run.json").read_text())
+    for case in meta["cases"]:
+        if case["benchmark"] == "latency":
+            case.update(status="failed", reason="worker exited with code 255")
+    (path / "run.json").write_text(json.dumps(meta))
+    runs, _ = site.read([tmp_path / "store"])
+    (m,) = site.machines(runs)
+    families = {h.figure.family for h in site.headlines(m)}
+    assert "bandwidth" in families and "latency" not in families

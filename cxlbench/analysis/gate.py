@@ -23,7 +23,7 @@ from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt
                                        fmt_num, fmt_pct)
 from cxlbench.analysis.stats import CONFIDENCE, FASTER, INCONCLUSIVE, SAME, SLOWER
 from cxlbench.analysis.thresholds import ThresholdError, Thresholds, load_thresholds
-from cxlbench.results.schema import FAILED
+from cxlbench.results.schema import FAILED, case_reasons, failed_cases
 from cxlbench.results.store import ResultsError, Run
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
@@ -345,12 +345,11 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     um = cmp.unmatched
     base_name = cmp.runs[0].name
     missing = um[um["why"].str.startswith(f"in {base_name},")].copy() if not um.empty else um
-    reasons = {c["case_id"]: f"{c['status']}: {c['reason']}" for c in cur.meta.get("cases", []) or []
-               if c.get("status") not in (None, "ok")}
+    reasons = case_reasons(cur.meta)
     if not missing.empty:
         missing["why"] = [_missing_reason(p, reasons) for p in missing["point"]]
     result.new = um[~um.index.isin(missing.index)] if not um.empty else um
-    cut = _failed_part_way(cmp, reasons, _failed(base))
+    cut = _failed_part_way(cmp, reasons, failed_cases(base.meta))
     missing = pd.concat([missing, cut], ignore_index=True) if not missing.empty else cut
     result.missing = missing
     if not missing.empty and not allow_missing:
@@ -371,12 +370,6 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
                                    f"the first verdicts stand")
     result.status = FAIL if not result.regressions.empty else PASS
     return result
-
-
-def _failed(run: Run) -> dict[str, str]:
-    """case_id -> reason, for the run's cases that failed."""
-    return {c["case_id"]: c.get("reason") or "" for c in run.meta.get("cases", []) or []
-            if c.get("status") == FAILED}
 
 
 def _failed_part_way(cmp: Comparison, reasons: dict[str, str], base_failed: dict[str, str]) -> pd.DataFrame:

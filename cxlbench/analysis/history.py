@@ -33,7 +33,7 @@ from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.reduction import points, precision, repetitions
 from cxlbench.analysis.stats import frames_can_move
 from cxlbench.results import location
-from cxlbench.results.store import COMPLETE, ResultsError, Run, find_runs, load_run, now_iso
+from cxlbench.results.store import COMPLETE, ResultsError, Run, find_runs, load_run, measured_whole, now_iso
 
 MARKERS = "accepted.jsonl"
 #: What a history marks where it changes: the software and firmware under the figures.
@@ -209,8 +209,9 @@ def run_rows(run: Run, normalize: str | None = None, reference: dict[str, float]
     divided by its sentinel at its time and scaled by `reference` (constant over a
     history, so the figures keep their units and stay comparable); `relative_to`
     names the probe. The sentinels themselves stay raw: a whole machine that got
-    slower shows there."""
-    samples = run.samples
+    slower shows there. A case that failed part-way has no point (store.measured_whole):
+    its first repetitions would pass for the run's figure in the history and the gate."""
+    samples = whole = measured_whole(run.samples, run.meta)
     if normalize:
         cases = drift.normalize(samples, run.meta, reference or None, drift.probes_asked(normalize))
         samples = pd.concat([cases, drift.sentinels_only(samples, run.meta)], ignore_index=True)
@@ -221,7 +222,7 @@ def run_rows(run: Run, normalize: str | None = None, reference: dict[str, float]
     pts = pts.assign(precision=precision(pts), headline="", contiguity=_contiguity(reps, pts))
     if "sentinel" in pts.columns:
         pts = pts.rename(columns={"sentinel": "relative_to"})
-    for f in figures(drift.cases_only(run.samples, run.meta), run.meta, pts):
+    for f in figures(drift.cases_only(whole, run.meta), run.meta, pts):
         pts.loc[(pts["point"] == f.point) & (pts["metric"] == f.metric), "headline"] = f.label
     # one key per series: a case's metrics are separate figures
     pts["point"] = pts["point"] + ":" + pts["metric"].astype(str)

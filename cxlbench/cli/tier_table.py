@@ -13,7 +13,7 @@ import pandas as pd
 
 from cxlbench.analysis.drift import drift_line
 from cxlbench.analysis.headlines import figures
-from cxlbench.results.schema import FAILED
+from cxlbench.results.store import measured_whole
 from cxlbench.units import tier_order
 
 
@@ -23,8 +23,7 @@ def tier_summary(samples: pd.DataFrame, meta: dict[str, Any]) -> str:
     its figure."""
     if samples.empty:
         return "no samples were measured"
-    failed = {c.get("case_id") for c in meta.get("cases") or [] if c.get("status") == FAILED}
-    samples = samples[~samples["case_id"].isin(failed)]
+    samples = measured_whole(samples, meta)
     if samples.empty:
         return "no case was measured whole (those that failed part-way keep their samples in the run)"
     found = figures(samples, meta)

@@ -26,7 +26,7 @@ from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.held import by_point
 from cxlbench.analysis.reduction import points, repetitions
 from cxlbench.report import build, distributions, drift as drift_section, step_breakdown
-from cxlbench.results.store import Run, atomic_write, safe_name
+from cxlbench.results.store import Run, atomic_write, measured_whole, safe_name
 
 TEMPLATES = Path(__file__).with_name("templates")
 DEFAULT_DIR = Path("reports")
@@ -89,11 +89,22 @@ def run_context(run: Run) -> dict[str, Any]:
         "partial": status != "complete",
         "suite": build.provenance(meta, len(run.samples))["suite"],
         "toc": toc, "machine": build.machine_section(meta),
-        "summary": build.tier_summary(pts, reps, meta, figures(run.samples, meta, pts)),
+        "summary": _summary(run, reps, pts),
         "families": families, "not_measured": build.not_measured(meta),
         "provenance": build.provenance(meta, len(run.samples)),
         "data": build.data_link(run.samples, reps, pts, safe_name(str(meta.get("run_id")))),
     }
+
+
+def _summary(run: Run, reps: pd.DataFrame, pts: pd.DataFrame) -> dict[str, Any]:
+    """The tier summary, from the cases measured whole: a case that failed part-way
+    keeps its repetitions in the family's charts and tables, but they are not its
+    figure (as the terminal's summary and the gates)."""
+    whole = measured_whole(run.samples, run.meta)
+    if whole is not run.samples:
+        reps = repetitions(whole)
+        pts = points(reps)
+    return build.tier_summary(pts, reps, run.meta, figures(whole, run.meta, pts))
 
 
 def _advice(run: Run, maker: build.ChartMaker) -> dict[str, Any] | None:

@@ -41,7 +41,7 @@ from cxlbench.report import TEMPLATES, _css, environment, run_context
 from cxlbench.report.plots import PALETTE, sparkline
 from cxlbench.report.trend import trend_context
 from cxlbench.results.schema import COMPLETE
-from cxlbench.results.store import (ResultsError, Run, atomic_write, configuration_of,
+from cxlbench.results.store import (ResultsError, Run, atomic_write, configuration_of, measured_whole,
                                     machine_of, safe_name)
 from cxlbench.units import format_number
 
@@ -195,12 +195,13 @@ def headlines(m: MachineRuns) -> list[Headline]:
     run = m.newest()
     if run is None:
         return []
-    pts = points(repetitions(run.samples))
+    samples = measured_whole(run.samples, run.meta)      # a case that failed part-way has no figure
+    pts = points(repetitions(samples))
     better = {(fam, met): d.get("better", "lower") for fam, f in (run.meta.get("families") or {}).items()
               for met, d in (f.get("metrics") or {}).items()}
     trend = next((t for t in m.trends if run.run_id in t.history.paths), None)
     out = []
-    for f in figures(run.samples, run.meta, pts):
+    for f in figures(samples, run.meta, pts):
         values: list[float] = []
         if trend is not None:
             s = trend.history.series(f"{f.point}:{f.metric}")

@@ -93,6 +93,22 @@ class CaseResult:
     info: dict[str, Any] = field(default_factory=dict)   # placement verification, warnings
 
 
+def failed_cases(meta: dict[str, Any]) -> dict[str, str]:
+    """case_id -> reason, for a run's cases that failed. A case that failed part-way
+    keeps the samples of its finished repetitions in the run (nothing measured is
+    lost), but they are not its figure: every reader that states or judges figures
+    (the summaries, the gates, the history) leaves them out."""
+    return {c["case_id"]: c.get("reason") or "" for c in meta.get("cases") or []
+            if c.get("status") == FAILED and "case_id" in c}
+
+
+def case_reasons(meta: dict[str, Any]) -> dict[str, str]:
+    """case_id -> "status: reason", for a run's cases that were not measured whole
+    (skipped or failed): why a case a gate expected has no figure."""
+    return {c["case_id"]: f"{c['status']}: {c.get('reason') or ''}" for c in meta.get("cases") or []
+            if c.get("status") not in (None, OK) and "case_id" in c}
+
+
 def sample_rows(run_id: str, result: CaseResult, metrics: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
     """Flatten a case's samples into tidy rows (one per sample); `metrics`: the unit
     and direction of each metric its family declares, as run.json records them."""

@@ -39,7 +39,7 @@ from cxlbench.results import location
 from cxlbench.results.location import ResultsError  # noqa: F401  (its home for callers)
 
 from cxlbench.results.schema import (COMPLETE, CORE_COLUMNS, MOST_VALUE, PARTIAL, RUNNING, SCHEMA_VERSION,
-                                     CaseResult, sample_rows)
+                                     CaseResult, failed_cases, sample_rows)
 
 RUN_JSON, SAMPLES, PARTS = "run.json", "samples.parquet", "parts"
 HISTOGRAMS, HIST_PARTS = "histograms.parquet", "histogram-parts"
@@ -398,6 +398,15 @@ def _read_parts(run_dir: Path) -> pd.DataFrame:
     parts = sorted((run_dir / PARTS).glob("*.parquet"))
     frames = [_read_parquet(p) for p in parts]
     return _tidy(pd.concat(frames, ignore_index=True)) if frames else _empty()
+
+
+def measured_whole(samples: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
+    """The samples of the cases measured whole: those of a case that failed part-way
+    stay in the run but are left out here (schema.failed_cases)."""
+    failed = failed_cases(meta)
+    if not failed or samples.empty:
+        return samples
+    return samples[~samples["case_id"].isin(list(failed))]
 
 
 @dataclass
