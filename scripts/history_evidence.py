@@ -53,13 +53,15 @@ def confirmations(h: hist.History, after: int, rule: Rule) -> list[str]:
 
 
 def leave_one_out(h: hist.History, runs: dict[str, Run], rule: Rule) -> pd.DataFrame:
+    # allow_missing: these rates are the statistical test's; a point missing from a run
+    # is no alarm of it (the gate exits 2 on one, and says so)
     rows = []
     ids = h.runs["run_id"].tolist()
     for i, rid in enumerate(ids):
         conf = confirmations(h, i, rule)
         others = [r for r in ids if r != rid and r not in conf][-rule.window:]
-        first = judge(h, runs[rid], [], rule, reference_ids=others)
-        final = judge(h, runs[rid], [runs[c] for c in conf], rule, reference_ids=others) \
+        first = judge(h, runs[rid], [], rule, reference_ids=others, allow_missing=True)
+        final = judge(h, runs[rid], [runs[c] for c in conf], rule, reference_ids=others, allow_missing=True) \
             if first.status == SUSPECT and len(conf) == rule.confirmations else first
         faster = first.rows["verdict"].eq("faster").sum() if "verdict" in first.rows else 0
         rows.append({"run": i + 1, "suspect": first.status == SUSPECT, "false_alarm": final.status == FAIL,
@@ -76,9 +78,9 @@ def detection(h: hist.History, runs: dict[str, Run], rule: Rule, factor: float, 
         if i < rule.min_history or len(conf) < rule.confirmations:
             continue
         cur = doctored(runs[rid], factor, what)
-        first = judge(h, cur, [], rule, reference_ids=ids[max(0, i - rule.window):i])
+        first = judge(h, cur, [], rule, reference_ids=ids[max(0, i - rule.window):i], allow_missing=True)
         final = judge(h, cur, [doctored(runs[c], factor, what) for c in conf], rule,
-                      reference_ids=ids[max(0, i - rule.window):i])
+                      reference_ids=ids[max(0, i - rule.window):i], allow_missing=True)
         slower = final.rows[final.rows["verdict"] == "slower"]["label"].tolist()
         rows.append({"run": i + 1, "suspect": first.status == SUSPECT, "fails": final.status == FAIL,
                      "slower": ", ".join(slower)})

@@ -215,7 +215,7 @@ def test_calibrate_leaves_a_thresholds_file_that_exists_as_it_was(capsys, tmp_pa
 
 @pytest.mark.parametrize("args, words", [
     (["gate", "--history", "{r}", "--thresholds", "t.toml"], "--thresholds applies to gate --baseline, not --history"),
-    (["gate", "--history", "{r}", "--allow-missing"], "--allow-missing applies to gate --baseline"),
+    (["gate", "--history", "{r}", "--exit-undecided"], "--exit-undecided applies to gate --baseline"),
     (["gate", "--baseline", "{base}", "--current", "{cur}", "--window", "12"],
      "--window applies to gate --history, not --baseline"),
     (["history", "{r}", "--reason", "new firmware"], "--reason goes with --accept RUN"),

@@ -523,3 +523,70 @@ def test_gate_against_history_refuses_when_the_newest_run_is_not_complete(tmp_pa
     assert rc == 2 and "the newest run cannot be judged" in err and str(newest) in err
     assert "--current" in err and len(err.strip().splitlines()) == 1
     assert main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[-1])]) == 0
+
+
+# ------------------------------------------------------------------ points the current run lacks
+
+def _spoil_case(run_dir: Path, benchmark: str, status: str, reason: str, keep_samples: bool,
+                factor: float = 1.0) -> None:
+    """Mark the run's `benchmark` case skipped or failed, as the runner records one;
+    a failed case keeps its samples (scaled by `factor`), a skipped one has none."""
+    meta = json.loads((run_dir / "run.json").read_text())
+    (case,) = [c for c in meta["cases"] if c["benchmark"] == benchmark]
+    case.update(status=status, reason=reason)
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    frame = pd.read_parquet(run_dir / "samples.parquet")
+    mine = frame["case_id"] == case["case_id"]
+    frame = frame.assign(value=frame["value"].where(~mine, frame["value"] * factor)) if keep_samples \
+        else frame[~mine]
+    frame.to_parquet(run_dir / "samples.parquet")
+
+
+def test_a_case_that_stopped_running_is_missing_and_exits_2_unless_allowed(tmp_path, capsys):
+    """The gate judged only the points the current run had: a case skipped in it (a
+    CXL node gone offline, a hugetlb pool emptied) passed the CI job unseen."""
+    paths = _runs(tmp_path, 14)
+    _spoil_case(paths[13], "latency", "skipped", "no hugetlb pages reserved", keep_samples=False)
+    out = tmp_path / "gate.json"
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13]), "--json", str(out)])
+    text = capsys.readouterr().err                  # unusable inputs, exit 2, go to stderr
+    assert rc == 2 and "POINTS MISSING" in text and "1 point of the history is missing" in text
+    assert "skipped: no hugetlb pages reserved" in text and "--allow-missing" in text
+    points = {p["verdict"]: p for p in json.loads(out.read_text())["points"]}
+    assert set(points) == {"pass", "missing"} and points["missing"]["current"] is None
+    assert points["missing"]["n_history"] == 13 and points["missing"]["baseline"] > 0
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13]), "--allow-missing"])
+    assert rc == 0 and "not judged (--allow-missing)" in capsys.readouterr().out
+
+
+def test_a_case_that_failed_part_way_is_missing_not_judged_on_its_first_repetitions(tmp_path, capsys):
+    paths = _runs(tmp_path, 14)
+    _spoil_case(paths[13], "latency", "failed", "worker exited with code 255 without a result",
+                keep_samples=True, factor=1.5)               # its finished repetitions, much slower
+    v = judge(hist.history(tmp_path / "results"), load_run(paths[13]), [], Rule())
+    by_verdict = dict(zip(v.rows["verdict"], v.rows["note"]))
+    assert v.exit_code == 2 and set(by_verdict) == {"pass", "missing"}
+    assert by_verdict["missing"] == "failed: worker exited with code 255 without a result"
+    junit = tmp_path / "gate.xml"
+    main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13]), "--junit", str(junit)])
+    assert 'errors="1"' in junit.read_text() and "missing: failed: worker exited" in junit.read_text()
+
+
+def test_a_case_that_failed_part_way_in_the_history_gives_it_no_point(tmp_path):
+    """Its first repetitions would have widened the history's run-to-run spread."""
+    paths = _runs(tmp_path, 14)
+    _spoil_case(paths[4], "latency", "failed", "timed out after 600 s", keep_samples=True, factor=3.0)
+    h = hist.history(tmp_path / "results")
+    lat = h.rows[h.rows["benchmark"] == "latency"]
+    assert sorted(lat["position"]) == [p for p in range(14) if p != 4]
+    assert len(h.rows[h.rows["benchmark"] != "latency"]) == 14
+
+
+def test_a_point_the_newest_reference_run_lacked_is_not_asked_of_the_current_one(tmp_path):
+    """The points expected are those the run before it measured: a case dropped (and
+    accepted with --allow-missing) once is not asked for in every later run."""
+    paths = _runs(tmp_path, 15)
+    for p in paths[13:]:
+        _spoil_case(p, "latency", "skipped", "no CXL node", keep_samples=False)
+    v = _judge(paths, 14)
+    assert v.status == PASS and set(v.rows["verdict"]) == {"pass"}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -31,6 +32,7 @@ from scipy.stats import false_discovery_control
 
 from cxlbench.analysis.history import History, labels, run_rows
 from cxlbench.analysis.stats import contiguity_note, t_cdf, t_quantile
+from cxlbench.results.schema import case_reasons
 from cxlbench.results.store import Run
 
 PASS, SUSPECT, FAIL, ERROR, SHORT = "pass", "suspect", "fail", "error", "inconclusive"
@@ -71,6 +73,13 @@ class HistoryVerdict:
     @property
     def exit_code(self) -> int:
         return EXIT[self.status]
+
+    @property
+    def judged(self) -> int:
+        """The points tested (the false-discovery family): those missing are not."""
+        if "verdict" not in self.rows:
+            return len(self.rows)
+        return int((self.rows["verdict"] != "missing").sum())
 
 
 def bh_adjust(p: np.ndarray) -> np.ndarray:
@@ -114,9 +123,16 @@ def reference(h: History, current_id: str, exclude: set[str], rule: Rule) -> lis
 
 
 def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = Rule(),
-          reference_ids: list[str] | None = None) -> HistoryVerdict:
+          reference_ids: list[str] | None = None, allow_missing: bool = False) -> HistoryVerdict:
     """The current run against its history, with confirmations if taken;
-    `reference_ids` replaces the window (leave-one-out evidence uses it)."""
+    `reference_ids` replaces the window (leave-one-out evidence uses it). A point the
+    history judges that the current run lacks makes the inputs unusable (exit 2), as a
+    case missing from the current run does in the pairwise gate, unless `allow_missing`."""
+    return _with_missing(_judge(h, current, confirmations, rule, reference_ids), h, current, allow_missing)
+
+
+def _judge(h: History, current: Run, confirmations: list[Run], rule: Rule,
+           reference_ids: list[str] | None) -> HistoryVerdict:
     confirmations = sorted(confirmations, key=lambda r: pd.Timestamp(r.meta.get("started")))
     errors = _spacing_errors(current, confirmations, rule)
     if errors:
@@ -152,6 +168,43 @@ def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = 
     return _decide(verdict)
 
 
+def _with_missing(v: HistoryVerdict, h: History, current: Run, allow_missing: bool) -> HistoryVerdict:
+    """The verdict with the points it could not judge: those the newest run of the
+    reference measured, with enough history to be judged, that the current run has
+    no figure for (skipped, failed, or not planned). Without this a case that stopped
+    running (a CXL node gone offline, a worker that dies in every run) passed the gate
+    on the points that were left."""
+    if v.errors or not v.reference:
+        return v
+    gone = _missing_points(h, v.reference, set(v.rows["point"]) if not v.rows.empty else set(), current, v.rule)
+    if gone.empty:
+        return v
+    v.rows = pd.concat([v.rows, gone], ignore_index=True) if not v.rows.empty else gone
+    n = len(gone)
+    what = f"{n} point{'s' if n > 1 else ''} of the history {'are' if n > 1 else 'is'} missing from {v.current}"
+    if allow_missing:
+        v.notes.append(f"{what}: not judged (--allow-missing)")
+    else:
+        v.status = ERROR
+        v.notes.append(f"{what}: re-run {'their cases' if n > 1 else 'its case'}, or pass --allow-missing "
+                       "to gate on the points the run has")
+    return v
+
+
+def _missing_points(h: History, reference: list[str], have: set[str], current: Run, rule: Rule) -> pd.DataFrame:
+    """Rows for the points of the reference's newest run, judged on at least 3 runs of
+    history, that the current run lacks; the current run's case status says why."""
+    base = h.rows[h.rows["run_id"].isin(reference)]
+    newest = base[base["position"] == base["position"].max()]
+    counts = base.groupby("point").size()
+    gone = newest[~newest["point"].isin(have) & newest["point"].map(counts).ge(3)]
+    reasons = case_reasons(current.meta)
+    rows = [{**_point({**r.to_dict(), "median": math.nan}, base[base["point"] == r["point"]], [], rule),
+             "verdict": "missing", "note": reasons.get(r["case_id"], "not in the run")}
+            for _, r in gone.iterrows()]
+    return pd.DataFrame(rows)
+
+
 def _not_figures(cur: pd.DataFrame) -> list[str]:
     """A run none of whose points is a positive number holds no figure to gate (a damaged
     or doctored run). Single points may be 0 in real runs (a training step's transfer
@@ -174,7 +227,7 @@ def _change_p(hist: np.ndarray, value: float, higher: bool) -> tuple[float, floa
     return (-1.0, 0.0) if higher and np.isfinite(value) else (math.nan, math.nan)
 
 
-def _point(row: pd.Series, base: pd.DataFrame, conf: list[pd.Series], rule: Rule) -> dict:
+def _point(row: Mapping[str, Any], base: pd.DataFrame, conf: list[pd.Series], rule: Rule) -> dict:
     higher = row["better"] == "higher"
     hist = base["median"].to_numpy(float)
     hist = hist[np.isfinite(hist) & (hist > 0)]

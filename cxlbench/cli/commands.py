@@ -291,7 +291,8 @@ def _probes(normalize: str | None) -> str | None:
 
 def gate_history(paths: list[str], current: str | None, confirm: list[str] | None, threshold: str | None,
                  window: int | None, spacing: float | None, json_out: str | None,
-                 normalize: str | None = None, markdown: str | None = None, junit: str | None = None) -> int:
+                 normalize: str | None = None, markdown: str | None = None, junit: str | None = None,
+                 allow_missing: bool = False) -> int:
     """The current run against the machine's history (see analysis.history_gate);
     `markdown` and `junit` are for a CI job's page and test report."""
     from cxlbench.analysis import history as hist
@@ -313,8 +314,9 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     refs = later if confirm == ["later"] else (confirm or [])
     rule = Rule(**{k: v for k, v in (("threshold", parse_fraction(threshold) if threshold else None),
                                      ("window", window), ("spacing_s", spacing)) if v is not None})
-    verdict = judge(h, cur, [_resolve(chosen, r, f"{h.machine}/{h.suite}") for r in refs], rule)
-    left_line = f"\n{left_out_line(h.left_out)}" if h.left_out and verdict.exit_code != 2 else ""
+    verdict = judge(h, cur, [_resolve(chosen, r, f"{h.machine}/{h.suite}") for r in refs], rule,
+                    allow_missing=allow_missing)
+    left_line = f"\n{left_out_line(h.left_out)}" if h.left_out and not verdict.errors else ""
     _say(verdict_text(verdict) + left_line, verdict.exit_code)
     for path, render in ((json_out, verdict_json), (markdown, verdict_markdown), (junit, verdict_junit)):
         if path:

@@ -9,7 +9,7 @@ import numpy as np
 
 from cxlbench.analysis.compare import text_table
 from cxlbench.analysis.history import History, PointChange, display_label as _name, trends
-from cxlbench.analysis.history_gate import FAIL, PASS, HistoryVerdict, SHORT, SUSPECT
+from cxlbench.analysis.history_gate import ERROR, FAIL, PASS, HistoryVerdict, SHORT, SUSPECT
 from cxlbench.units import format_number
 
 
@@ -51,7 +51,8 @@ def verdict_text(v: HistoryVerdict) -> str:
     if v.errors:
         return "cxlbench gate: inputs unusable — " + "; ".join(v.errors)
     counts = v.rows["verdict"].value_counts().to_dict() if "verdict" in v.rows else {}
-    head = {FAIL: "REGRESSION", SUSPECT: "SUSPECT", SHORT: "inconclusive"}.get(v.status, "pass")
+    head = {FAIL: "REGRESSION", SUSPECT: "SUSPECT", SHORT: "inconclusive",
+            ERROR: "POINTS MISSING"}.get(v.status, "pass")
     lines = [f"cxlbench gate: {head} — {v.current} against {len(v.reference)} runs of history"
              + ("" if not counts else " — " + ", ".join(f"{n} {k}" for k, n in counts.items()))]
     rows = []
@@ -69,7 +70,7 @@ def verdict_text(v: HistoryVerdict) -> str:
         lines.append(f"cases judged relative to their drift sentinels ({v.normalize}), each scaled to the "
                      f"sentinel's median over the history; the sentinels themselves raw")
     lines += v.notes
-    lines.append(v.rule.text(len(v.rows)))
+    lines.append(v.rule.text(v.judged))
     return "\n".join(lines)
 
 
@@ -101,13 +102,14 @@ def verdict_json(v: HistoryVerdict) -> str:
     return json.dumps({"status": v.status, "exit_code": v.exit_code, "current": v.current,
                        "normalize": v.normalize,
                        "reference": v.reference, "confirmations": v.confirmations, "errors": v.errors,
-                       "notes": v.notes, "rule": v.rule.text(len(v.rows)), "points": rows}, indent=1)
+                       "notes": v.notes, "rule": v.rule.text(v.judged), "points": rows}, indent=1)
 
 
 _TITLES = {FAIL: "❌ cxlbench history gate: slower, confirmed",
            SUSPECT: "⏳ cxlbench history gate: suspect, confirmation runs needed",
            SHORT: "❔ cxlbench history gate: inconclusive",
-           PASS: "✅ cxlbench history gate: pass"}
+           PASS: "✅ cxlbench history gate: pass",
+           ERROR: "⚠️ cxlbench history gate: points of the history missing from the run"}
 
 
 def _md(text: Any) -> str:
@@ -122,7 +124,7 @@ def verdict_markdown(v: HistoryVerdict) -> str:
     out = [f"## {_TITLES.get(v.status, v.status)}", "",
            f"- **Current**: `{v.current}` against {len(v.reference)} runs of history",
            *([f"- **Confirmation runs**: {', '.join(f'`{c}`' for c in v.confirmations)}"] if v.confirmations else []),
-           f"- **Rule**: {_md(v.rule.text(len(v.rows)).removeprefix('rule: '))}"]
+           f"- **Rule**: {_md(v.rule.text(v.judged).removeprefix('rule: '))}"]
     out += [f"- {_md(n)}" for n in v.notes + point_notes(v)]
     out += ["", "| figure | history | run-to-run | detectable | current | change | q (BH) | verdict |",
             "|---|---:|---:|---:|---:|---:|---:|---|"]
@@ -156,6 +158,12 @@ def verdict_junit(v: HistoryVerdict) -> str:
         if verdict in ("slower", "suspect"):
             counts["failures"] += 1
             ET.SubElement(tc, "failure", message=f"{verdict}: {_pct(r['change'])}").text = detail
+        elif verdict == "missing" and v.status == ERROR:
+            counts["errors"] += 1
+            ET.SubElement(tc, "error", message=f"missing: {r['note']}").text = detail
+        elif verdict == "missing":
+            counts["skipped"] += 1
+            ET.SubElement(tc, "skipped", message=f"missing (--allow-missing): {r['note']}").text = detail
         elif v.status == SHORT:
             counts["skipped"] += 1
             ET.SubElement(tc, "skipped", message="inconclusive: too little history").text = "; ".join(v.notes)

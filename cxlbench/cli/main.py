@@ -146,7 +146,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--current", help="the run to judge (with --history: a run id, or latest, the default)")
     g.add_argument("--threshold", type=fraction, help="e.g. 5%% (default: the thresholds file's, else 5%%)")
     g.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
-    g.add_argument("--allow-missing", action="store_true", help="cases missing from one side don't exit 2")
+    g.add_argument("--allow-missing", action="store_true",
+                   help="cases missing from one side (with --history: points of the history missing from "
+                        "the run) don't exit 2")
     g.add_argument("--confirm", nargs="*", metavar="RUN",
                    help="re-run flagged cases and fail only if they regress again; with --history: "
                         "the confirmation runs (directories, run ids, or `later`: every run after --current)")
@@ -204,8 +206,7 @@ def parser() -> argparse.ArgumentParser:
 
 #: gate options that one way of gating uses and the other would ignore
 _GATE_ONLY = {"history": {"window": "--window", "spacing": "--spacing"},
-              "baseline": {"thresholds": "--thresholds", "allow_missing": "--allow-missing",
-                           "ignore_identity": "--ignore-identity", "exit_undecided": "--exit-undecided"}}
+              "baseline": {"thresholds": "--thresholds", "ignore_identity": "--ignore-identity", "exit_undecided": "--exit-undecided"}}
 
 
 def _gate(a: argparse.Namespace) -> int:
@@ -215,7 +216,7 @@ def _gate(a: argparse.Namespace) -> int:
         raise commands.UserError(f"{given[0]} applies to gate --{other}, not --{mode}")
     if a.history:
         return commands.gate_history(a.history, a.current, a.confirm, a.threshold, a.window, a.spacing, a.json,
-                                     a.normalize, a.markdown, a.junit)
+                                     a.normalize, a.markdown, a.junit, a.allow_missing)
     if a.current is None:
         raise commands.UserError("gate --baseline needs --current")
     if a.confirm:
