@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -47,7 +48,8 @@ class Browser:
             chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--no-first-run", "--remote-debugging-port=0",
             f"--user-data-dir={self._profile}", "about:blank",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "TMPDIR": self._profile})    # its org.chromium.* scratch folders go with the profile
         url = await asyncio.wait_for(self._devtools_url(), self.timeout)
         self._http = aiohttp.ClientSession()
         self._ws = await self._http.ws_connect(url, max_msg_size=0)

@@ -32,7 +32,7 @@ def launch(out, nnodes, rdzv_id, port):
                 "--node-rank", str(node), "--rdzv-id", rdzv_id, "--max-restarts", "0",
                 "-m", "cxlbench.training.distributed", "--out", str(out),
                 "--config", "cpu", "--steps", "3", "--warmup", "1"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(out)}     # torchelastic_* scratch goes with it
     return [subprocess.Popen(cmd(node), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for node in range(nnodes)]
 
