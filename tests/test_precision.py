@@ -57,7 +57,7 @@ def test_the_time_budget_ends_the_extra_passes(tmp_path):
     """Each extra process sleeps 1 s, so the 12 the cap allows (12 s) can never fit the
     6 s budget, while the 8 planned processes (no sleep; 0.13 s each here when idle, 0.4 s
     with the 2 CPUs 3x oversubscribed) fit it with room: at 2 s the planned pass itself
-    ran out on a loaded machine and the case stopped "cut short" instead."""
+    ran out on a loaded machine and the case stopped part-way through them instead."""
     cases, _ = go(tmp_path, table="precision = 0.0001\npause_s = 1.0", top="time_budget_s = 6.0")
     p = cases["converge"]["info"]["precision"]
     assert p["stop"] == "the time budget" and p["repetitions"] < 16
@@ -77,6 +77,22 @@ def test_the_summary_says_how_many_cases_reached_the_target(tmp_path):
         "target ±0.01%: 1 of 2 cases reached it; 1 stopped at the cap of 5 repetitions"
     _, stored = go(tmp_path / "easy", table="precision = 0.5")
     assert precision_lines(stored.meta)[1] == "target ±50%: 2 of 2 cases reached it"
+
+
+def test_an_extra_process_that_dies_ends_the_extra_passes_not_the_planned_measurement(tmp_path):
+    """The planned repetitions were all measured when a process asked for precision
+    died: the case was failed, its figure gone and the gate counted it missing."""
+    path = tmp_path / "s.toml"
+    path.write_text('repetitions = 4\nprocesses = 4\n[[benchmark]]\nname = "fakes.family"\n'
+                    'modes = ["extra_dies"]\nlevel = 100.0\nprecision = 0.0001\n')
+    stored = load_run(run(RunConfig(str(path), out=str(tmp_path / "r"), precision_of=case_precision)).path)
+    [case] = stored.meta["cases"]
+    assert case["status"] == "ok" and sorted(stored.samples["repetition"]) == [0, 1, 2, 3]
+    assert case["info"]["precision"]["stop"] == "a process that failed (its warning says why)"
+    assert case["info"]["precision"]["repetitions"] == 4
+    assert "process 5 of 5 failed" in case["info"]["repetitions_measured"]
+    assert any("worker" in w and "process 5" in w for w in case["info"]["warnings"])
+    assert [p["status"] for p in case["info"]["processes"]] == ["ok"] * 4 + ["failed"]
 
 
 def test_a_process_that_keeps_nothing_still_uses_up_its_repetitions(tmp_path):

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
-from cxlbench.results.schema import OK, SKIPPED, CaseResult
+from cxlbench.results.schema import FAILED, OK, SKIPPED, CaseResult
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,8 @@ def renumber(result: CaseResult, first: int) -> CaseResult:
 
 def merge(prev: CaseResult | None, part: CaseResult, piece: Slice) -> CaseResult:
     """The case so far plus one more process. A process that fails ends the case as
-    failed, keeping what the others measured; one skipped after others measured (the
+    failed, keeping what the others measured, unless it was one past the planned
+    repetitions (then only the extra passes end); one skipped after others measured (the
     time budget spent) ends it too, but as ok with `repetitions_measured` saying how
     many. The first process's findings stay the case's; each process is listed with
     its repetitions, status and its own findings."""
@@ -94,6 +95,15 @@ def merge(prev: CaseResult | None, part: CaseResult, piece: Slice) -> CaseResult
             # A budget spent (or a refusal) after some processes measured: what was
             # measured stands; the case says how much of it there is.
             merged.info["repetitions_measured"] = f"{piece.first} of {piece.total}: {part.reason}"
+        elif part.status == FAILED and prev.status == OK and piece.first >= prev.case.repetitions:
+            # A process past the planned repetitions (asked for by a precision target)
+            # failed: the planned measurement is whole and stands; the extra passes end
+            # for this case, and the failure is a warning on it, not its verdict.
+            why = f"process {piece.process + 1} of {piece.processes} failed: {part.reason}"
+            merged.info["repetitions_measured"] = merged.info["process_failed"] = \
+                f"{piece.first} of {piece.total}: {why}"
+            merged.info["warnings"] = list(merged.info.get("warnings", [])) + [
+                f"more repetitions for precision stopped after the planned {prev.case.repetitions}: {why}"]
         elif part.status != OK:
             merged.status = part.status
             merged.reason = f"process {piece.process + 1} of {piece.processes}: {part.reason}"
@@ -194,6 +204,8 @@ def record_precision(planned: list, results: dict[int, CaseResult],
             record["target"] = p.spec.precision
             record["stop"] = ("reached" if achieved <= p.spec.precision else
                               f"the cap of {cap(p)} repetitions" if ran >= cap(p) else
-                              "cut short" if "repetitions_measured" in r.info else extra.stopped)
+                              "a process that failed (its warning says why)" if "process_failed" in r.info else
+                              "the time budget, part-way through the planned processes"
+                              if "repetitions_measured" in r.info else extra.stopped)
         r.info["precision"] = record
         writer.record(r)

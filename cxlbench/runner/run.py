@@ -276,7 +276,7 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter,
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted: keeping the cases that finished\n")
         writer.note("interrupted", True)
-        extra.stopped = "the run was interrupted"
+        extra.stopped = "an interruption (Ctrl-C)"
         interrupted = True
     finally:
         if watch:
