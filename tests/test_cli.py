@@ -418,6 +418,17 @@ def test_the_summary_takes_no_figure_from_a_case_that_failed_part_way():
 
 
 
+def test_the_terminal_names_each_warning_once_and_leaves_the_rest_to_the_report():
+    from cxlbench.cli.tier_table import warning_lines
+    meta = {"cases": [{"case_id": f"c{i}", "status": "ok", "info": {"warnings": [f"w{i % 7}"]}} for i in range(14)]
+            + [{"case_id": "gone", "status": "failed", "info": {"warnings": ["not shown: the case failed"]}}]}
+    lines = warning_lines(meta)
+    assert lines[:2] == ["warning: w0 (2 cases)", "warning: w1 (2 cases)"] and len(lines) == 6
+    assert lines[-1] == "... and 2 more warnings; the report lists each with its case"
+    assert warning_lines({"cases": [{"case_id": "c", "status": "ok", "info": {"warnings": ["once"]}}]}) == \
+        ["warning: once (c)"]
+
+
 def test_a_user_may_name_standard_output_whatever_it_is_and_wherever_they_stand():
     """As a user, `--json /dev/stdout >> log` was refused because /dev is not theirs
     (the file behind stdout is a regular one, so it was taken for a file to replace),

@@ -168,6 +168,27 @@ def syn_load(path):
     return load_run(path)
 
 
+def test_a_case_measured_with_a_warning_shows_it_beside_its_case_in_the_report_and_the_terminal():
+    """Families record what may move a figure (ECC counts that moved during the case, a
+    file on a filesystem held in memory, a step model that disagrees) as the case's
+    warnings: run.json kept them and no reader showed them."""
+    from dataclasses import replace
+    from cxlbench.cli.tier_table import warning_lines
+    results = syn.suite_results(np.random.default_rng(3), tiers=("ddr0",), working_sets=[1 << 30],
+                                threads=(1,), kernels=("read",), pages=("4k",), loaded=False, extras=False)
+    said = "during this case: EDAC mc0 corrected errors moved 0 → 3 <b>"
+    run = syn.make_run([replace(r, info={"warnings": [said]}) if r.case.benchmark == "bandwidth" else r
+                        for r in results])
+    html = report.render_run_html(run)
+    assert 'id="warned"' in html and "EDAC mc0 corrected errors moved 0 → 3 &lt;b&gt;" in html
+    assert '<a href="#warned">Warnings</a>' in html
+    bandwidth = [r.case.case_id for r in results if r.case.benchmark == "bandwidth"]
+    which = bandwidth[0] if len(bandwidth) == 1 else f"{len(bandwidth)} cases"
+    assert warning_lines(run.meta) == [f"warning: {said} ({which})"]
+    quiet = report.render_run_html(syn.make_run(results))
+    assert 'id="warned"' not in quiet and warning_lines(syn.make_run(results).meta) == []
+
+
 def test_the_tier_summary_takes_no_figure_from_a_case_that_failed_part_way():
     """As the terminal's summary: a case's first repetitions, kept in the run, are not
     its figure; the family's own tables still show them."""

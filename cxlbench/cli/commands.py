@@ -51,7 +51,7 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         list_only: bool = False, command: list[str] = (), with_report: bool = True,
         find_max: bool = False, precision: str | None = None, configuration: str | None = None,
         wait: bool = True) -> int:
-    from cxlbench.cli.tier_table import tier_summary
+    from cxlbench.cli.tier_table import tier_summary, warning_lines
     from cxlbench.results.store import load_run
     from cxlbench.runner.run import RunConfig, prepare, run as run_suite
 
@@ -92,6 +92,8 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         n = int((cases.status == status).sum())
         if n:
             print(f"{n} case(s) {status}; reasons are in run.json and the report")
+    for line in warning_lines(run_.meta):
+        print(line)
     print(f"run {outcome.status}: {outcome.path}")
     if outcome.stored:
         print(f"stored: {outcome.stored}")

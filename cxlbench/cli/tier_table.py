@@ -13,6 +13,7 @@ import pandas as pd
 
 from cxlbench.analysis.drift import drift_line
 from cxlbench.analysis.headlines import figures
+from cxlbench.results.schema import case_warnings
 from cxlbench.results.store import measured_whole
 from cxlbench.units import tier_order
 
@@ -66,3 +67,16 @@ def precision_lines(meta: dict[str, Any]) -> list[str]:
     why = "; ".join(f"{n} stopped at {s}" for s, n in sorted(stops.items()))
     return [line, f"target ±{targets[0]['target'] * 100:g}%: {reached} of {len(targets)} cases reached it"
             + (f"; {why}" if why else "")]
+
+
+def warning_lines(meta: dict[str, Any], most: int = 5) -> list[str]:
+    """The warnings the measured cases recorded, each text once with the cases that
+    gave it: a figure stands with its warning, so the terminal says there is one."""
+    by_text: dict[str, list[str]] = {}
+    for case_id, text in case_warnings(meta):
+        by_text.setdefault(text, []).append(case_id)
+    lines = [f"warning: {text} ({ids[0] if len(ids) == 1 else f'{len(ids)} cases'})"
+             for text, ids in list(by_text.items())[:most]]
+    if len(by_text) > most:
+        lines.append(f"... and {len(by_text) - most} more warnings; the report lists each with its case")
+    return lines

@@ -77,11 +77,13 @@ def run_context(run: Run) -> dict[str, Any]:
                              "tables": build.points_tables(fam, allowed, held),
                              "advice": _advice(run, maker) if bench == "training" else None})
     status = str(meta.get("status", "unknown"))
+    warned = build.warned(meta)
     label = meta.get("label")
     host = meta.get("hostname") or meta.get("machine_name") or "unknown host"
     toc = [("machine", "Machine"), ("summary", "Tier summary")] + \
         [(f["id"], f["name"]) for f in families] + \
-        [("not-measured", "Not measured"), ("provenance", "How it was made"), ("data", "Data")]
+        [("not-measured", "Not measured")] + ([("warned", "Warnings")] if warned else []) + \
+        [("provenance", "How it was made"), ("data", "Data")]
     return {
         "kind": "run", "css": _css(), "version": __version__,
         "title": f"{label or meta.get('run_id')} on {host}",
@@ -90,7 +92,7 @@ def run_context(run: Run) -> dict[str, Any]:
         "suite": build.provenance(meta, len(run.samples))["suite"],
         "toc": toc, "machine": build.machine_section(meta),
         "summary": _summary(run, reps, pts),
-        "families": families, "not_measured": build.not_measured(meta),
+        "families": families, "not_measured": build.not_measured(meta), "warned": warned,
         "provenance": build.provenance(meta, len(run.samples)),
         "data": build.data_link(run.samples, reps, pts, safe_name(str(meta.get("run_id")))),
     }

@@ -20,6 +20,7 @@ from cxlbench.analysis.headlines import Figure
 from cxlbench.analysis.held import Held
 from cxlbench.analysis.reduction import precision
 from cxlbench.analysis.stats import ratio_ci
+from cxlbench.results.schema import case_warnings
 from cxlbench.report.plots import MARKERS, PALETTE, STYLES, Chart, Series, render
 from cxlbench.units import format_count, format_cpulist, format_number, format_param, format_size, tier_order
 
@@ -648,6 +649,15 @@ def not_measured(meta: dict) -> list[dict[str, str]]:
                      "target": c.get("target") or "—", "initiator": c.get("initiator") or "—",
                      "params": params_text(c.get("params") or {}), "reason": c.get("reason") or "no reason given"})
     return sorted(rows, key=lambda r: (r["status"] != "failed", r["benchmark"], r["target"]))
+
+
+def warned(meta: dict) -> list[dict[str, str]]:
+    """The measured cases' warnings, one row each with its case: the figure stands,
+    and the reader sees beside it what may have moved it."""
+    cases = {c.get("case_id"): c for c in meta.get("cases", []) or []}
+    return [{"benchmark": cases[cid].get("benchmark") or "—", "target": cases[cid].get("target") or "—",
+             "initiator": cases[cid].get("initiator") or "—", "params": params_text(cases[cid].get("params") or {}),
+             "warning": text} for cid, text in case_warnings(meta)]
 
 
 def provenance(meta: dict, n_samples: int) -> dict[str, Any]:

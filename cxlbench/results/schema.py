@@ -109,6 +109,19 @@ def case_reasons(meta: dict[str, Any]) -> dict[str, str]:
             if c.get("status") not in (None, OK) and "case_id" in c}
 
 
+def case_warnings(meta: dict[str, Any]) -> list[tuple[str, str]]:
+    """(case_id, warning) for each warning a measured case recorded: what the case
+    found that may move its figure (ECC counts that moved during it, a file on a
+    filesystem held in memory, a step model that disagrees, a process that failed past
+    the planned repetitions). The figure stands; a reader shows the warning beside it."""
+    out = []
+    for c in meta.get("cases") or []:
+        found = (c.get("info") or {}).get("warnings") or []
+        if c.get("status") == OK and "case_id" in c:
+            out += [(c["case_id"], str(w)) for w in (found if isinstance(found, list) else [found])]
+    return out
+
+
 def sample_rows(run_id: str, result: CaseResult, metrics: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
     """Flatten a case's samples into tidy rows (one per sample); `metrics`: the unit
     and direction of each metric its family declares, as run.json records them."""
