@@ -170,6 +170,22 @@ def test_a_case_that_failed_part_way_is_missing_not_judged_on_its_first_repetiti
     assert gate(base, syn.make_run(cur_results, label="cur"), allow_missing=True).exit_code == 1
 
 
+def test_allow_missing_does_not_cover_a_case_that_timed_out():
+    """A case that ran past its time limit (ten times its estimate at least) slowed
+    beyond measure, or hangs: --allow-missing, meant for cases a machine cannot run,
+    passed it."""
+    rng = np.random.default_rng(2)
+    base = syn.make_run(sim_results(rng, 3), label="base")
+    cur_results = sim_results(rng, 3)
+    cur_results[1] = replace(cur_results[1], status=FAILED, reason="timed out after 600 s", samples=[])
+    skipped = sim_results(rng, 3)
+    skipped[1] = replace(skipped[1], status=SKIPPED, reason="no hugetlb pages reserved", samples=[])
+    assert gate(base, syn.make_run(skipped, label="cur"), allow_missing=True).exit_code == 0
+    result = gate(base, syn.make_run(cur_results, label="cur"), allow_missing=True)
+    assert result.exit_code == 2 and len(result.errors) == 1
+    assert "1 case of the current run timed out" in result.errors[0] and cur_results[1].case.case_id in result.errors[0]
+
+
 def test_a_baseline_case_that_failed_part_way_is_no_reference_and_new_cases_stay_new():
     rng = np.random.default_rng(2)
     base = syn.make_run([replace(r, status=FAILED, reason="timed out after 600 s") if i == 0 else r

@@ -590,3 +590,11 @@ def test_a_point_the_newest_reference_run_lacked_is_not_asked_of_the_current_one
         _spoil_case(p, "latency", "skipped", "no CXL node", keep_samples=False)
     v = _judge(paths, 14)
     assert v.status == PASS and set(v.rows["verdict"]) == {"pass"}
+
+
+def test_allow_missing_does_not_cover_a_point_whose_case_timed_out(tmp_path, capsys):
+    paths = _runs(tmp_path, 14)
+    _spoil_case(paths[13], "latency", "failed", "timed out after 600 s", keep_samples=False)
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13]), "--allow-missing"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "1 case of the current run timed out (ddr0 latency" in err

@@ -23,7 +23,7 @@ from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt
                                        fmt_num, fmt_pct)
 from cxlbench.analysis.stats import CONFIDENCE, FASTER, INCONCLUSIVE, SAME, SLOWER
 from cxlbench.analysis.thresholds import ThresholdError, Thresholds, load_thresholds
-from cxlbench.results.schema import FAILED, case_reasons, failed_cases
+from cxlbench.results.schema import FAILED, TIMED_OUT, case_reasons, failed_cases
 from cxlbench.results.store import ResultsError, Run
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
@@ -358,6 +358,8 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
         result.errors.append(f"{len(missing)} baseline cases are missing from the current run "
                              f"({shown}{more}); re-run them or pass allow_missing (--allow-missing) "
                              f"to gate on the cases both runs have")
+    elif not missing.empty and (stuck := missing[missing["why"].str.startswith(f"{FAILED}: {TIMED_OUT}")]).size:
+        result.errors.append(timed_out_error(len(stuck), ", ".join(stuck["point"].head(5))))
     if cmp.rows.empty:
         result.errors.append("the runs have no case in common: nothing to gate on")
     if result.errors:
@@ -370,6 +372,14 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
                                    f"the first verdicts stand")
     result.status = FAIL if not result.regressions.empty else PASS
     return result
+
+
+def timed_out_error(n: int, shown: str) -> str:
+    """A case that ran past its time limit in the current run is no case missing by
+    choice: the limit (at least ten times its estimate) is a measurement, slower."""
+    return (f"{n} case{'s' if n > 1 else ''} of the current run timed out ({shown}): --allow-missing does not "
+            "cover a case that ran past its time limit (at least ten times its estimate); find why it is slow "
+            "or hangs, then re-run it")
 
 
 def _failed_part_way(cmp: Comparison, reasons: dict[str, str], base_failed: dict[str, str]) -> pd.DataFrame:

@@ -30,9 +30,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import false_discovery_control
 
+from cxlbench.analysis.gate import timed_out_error
 from cxlbench.analysis.history import History, labels, run_rows
 from cxlbench.analysis.stats import contiguity_note, t_cdf, t_quantile
-from cxlbench.results.schema import case_reasons
+from cxlbench.results.schema import FAILED, TIMED_OUT, case_reasons
 from cxlbench.results.store import Run
 
 PASS, SUSPECT, FAIL, ERROR, SHORT = "pass", "suspect", "fail", "error", "inconclusive"
@@ -182,7 +183,11 @@ def _with_missing(v: HistoryVerdict, h: History, current: Run, allow_missing: bo
     v.rows = pd.concat([v.rows, gone], ignore_index=True) if not v.rows.empty else gone
     n = len(gone)
     what = f"{n} point{'s' if n > 1 else ''} of the history {'are' if n > 1 else 'is'} missing from {v.current}"
-    if allow_missing:
+    stuck = gone[gone["note"].str.startswith(f"{FAILED}: {TIMED_OUT}")]
+    if allow_missing and not stuck.empty:
+        v.status = ERROR
+        v.notes.append(timed_out_error(len(stuck), ", ".join(stuck["label"].head(5))))
+    elif allow_missing:
         v.notes.append(f"{what}: not judged (--allow-missing)")
     else:
         v.status = ERROR

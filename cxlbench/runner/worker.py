@@ -26,7 +26,7 @@ from typing import Any
 
 from cxlbench.benchmarks import family
 from cxlbench.benchmarks.base import Env, Skip, check_metrics
-from cxlbench.results.schema import FAILED, OK, SKIPPED, Case, CaseResult, Sample
+from cxlbench.results.schema import FAILED, OK, SKIPPED, TIMED_OUT, Case, CaseResult, Sample
 
 # spawn: each worker is a fresh interpreter, a direct child of the runner (so it
 # can die with it), inheriting no pyarrow or torch threads from it. Start-up
@@ -155,7 +155,7 @@ def _wait(proc, recv, timeout_s: float) -> Outcome:
             return Outcome(FAILED, reason=_death(proc.exitcode))
     proc.kill()
     proc.join()
-    return Outcome(FAILED, reason=f"timed out after {timeout_s:.0f} s")
+    return Outcome(FAILED, reason=f"{TIMED_OUT} {timeout_s:.0f} s")
 
 
 class _FileConn:
@@ -187,7 +187,7 @@ def _run_elsewhere(case: Case, ref: str, env: Env, timeout_s: float, inst: Insta
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            return Outcome(FAILED, reason=f"timed out after {timeout_s:.0f} s")
+            return Outcome(FAILED, reason=f"{TIMED_OUT} {timeout_s:.0f} s")
         if not out.exists():
             last = err.decode(errors="replace").strip().splitlines()
             return Outcome(FAILED, reason=_death(proc.returncode) + (f": {last[-1]}" if last else ""))
