@@ -55,6 +55,22 @@ def test_cases_match_across_machines_by_tier_kind():
     assert "cxl2 ws=16KiB page=4k (cxl3)" in text
 
 
+def test_a_case_one_of_three_runs_lacks_is_a_dash_in_that_runs_columns():
+    """With a run in the middle lacking the CXL tier, its rows came out short and the
+    table raised IndexError (or, had they not been short, put figures under another
+    run's heading)."""
+    rng = np.random.default_rng(2)
+    a = syn.make_run(syn.suite_results(rng, **SMALL), label="A")
+    m, tiers = syn.machine(cxl=False)
+    b = syn.make_run(syn.suite_results(rng, tiers=("ddr0",), **SMALL), m=m, tiers=tiers, label="B")
+    c = syn.make_run(syn.suite_results(rng, **SMALL), label="C")
+    lines = format_comparison(compare([a, b, c])).splitlines()
+    head = next(line for line in lines if line.startswith("case ") and " B " in line)
+    row = next(line for line in lines if line.startswith("cxl2 ws=16KiB page=4k"))
+    assert row[head.index(" B ") + 1:].lstrip().startswith("—")
+    assert "%" not in row[:head.index(" C ")] and "%" in row[head.index(" C "):]     # C's own columns
+
+
 def test_unmatched_cases_are_listed():
     rng = np.random.default_rng(2)
     a = syn.make_run(syn.suite_results(rng, **SMALL), label="A")

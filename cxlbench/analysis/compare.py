@@ -457,7 +457,8 @@ def format_comparison(cmp: Comparison, *, verdicts: Iterable[str] | None = None,
         out.append(f"{bench} · {metric} ({unit}, {better} is better)")
         headers = ["case", f"{cmp.runs[0].name}"]
         table, notes = [], []
-        for i in sorted(grp["run"].unique()):
+        shown = sorted(grp["run"].unique())
+        for i in shown:
             headers += [cmp.runs[i].name, "change", f"{cmp.confidence:.0%} CI", "verdict", "MDE", "to decide"]
         for key, kg in grp.groupby("key", sort=False):
             first = kg.iloc[0]
@@ -466,7 +467,12 @@ def format_comparison(cmp: Comparison, *, verdicts: Iterable[str] | None = None,
             if others:                                 # cxl2 here is cxl3 there
                 label += " (" + ", ".join(others) + ")"
             cells = [label, fmt_num(first["base_median"])]
-            for _, r in kg.iterrows():
+            by_run = {int(r["run"]): r for _, r in kg.iterrows()}
+            for i in shown:                            # a run without this case: a dash, in its own columns
+                r = by_run.get(int(i))
+                if r is None:
+                    cells += ["—"] + [""] * 5
+                    continue
                 flag = "*" if r["note"] else ""
                 cells += [fmt_num(r["median"]), fmt_change(r["ratio"]), fmt_ci_change(r["lo"], r["hi"]),
                           SYMBOL.get(r["verdict"], r["verdict"]) + flag,
