@@ -71,6 +71,20 @@ def test_a_case_one_of_three_runs_lacks_is_a_dash_in_that_runs_columns():
     assert "%" not in row[:head.index(" C ")] and "%" in row[head.index(" C "):]     # C's own columns
 
 
+def test_a_case_that_failed_part_way_is_not_compared_on_its_first_repetitions():
+    """compare called it 37% slower on the two repetitions it finished, and listed it as
+    not measured in the same table; the gate already counted it missing."""
+    from dataclasses import replace
+    rng = np.random.default_rng(2)
+    a = syn.make_run(syn.suite_results(rng, **SMALL), label="A")
+    results = syn.suite_results(rng, **SMALL)
+    cut = [replace(r, status="failed", reason="worker died: signal 9") if r.case.benchmark == "latency" else r
+           for r in results]
+    cmp = compare([a, syn.make_run(cut, label="B")])
+    assert "latency" not in set(cmp.rows["benchmark"]) and "bandwidth" in set(cmp.rows["benchmark"])
+    assert (cmp.unmatched["benchmark"] == "latency").any() and (cmp.not_measured["status"] == "failed").any()
+
+
 def test_unmatched_cases_are_listed():
     rng = np.random.default_rng(2)
     a = syn.make_run(syn.suite_results(rng, **SMALL), label="A")

@@ -23,7 +23,7 @@ from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discoun
                                      repetitions_needed)
 from cxlbench.analysis.reduction import axis_columns, point_id, points, repetitions
 from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, check_names, load_thresholds
-from cxlbench.results.store import ResultsError, Run, load_run
+from cxlbench.results.store import ResultsError, Run, load_run, measured_whole
 from cxlbench.units import format_number, format_size, natural_key
 
 #: Parameters left out of matching: places on one machine (a scratch directory) and
@@ -281,13 +281,14 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
     all_pts, values, held, contiguity, refs, used = [], {}, {}, {}, None, (0, 0)
     present: dict[str, set[str]] = {}             # benchmark -> metrics, for the thresholds' names
     for i, run in enumerate(loaded):
-        samples = drift.cases_only(run.samples, run.meta)
+        whole = measured_whole(run.samples, run.meta)         # a case that failed part-way has no figure
+        samples = drift.cases_only(whole, run.meta)
         if normalize:
             if drift.trace(run.samples, run.meta).empty:
                 raise ResultsError(f"{infos[i].name} has no drift sentinels to normalise by "
                                    f"(made before them, or with sentinels = false)")
             refs = refs or drift.references(run.samples, run.meta)     # the baseline's medians
-            samples = drift.normalize(run.samples, run.meta, refs, probes)
+            samples = drift.normalize(whole, run.meta, refs, probes)
             used = max(used, (int(samples["sentinel"].notna().sum()), len(samples)))
             samples = samples.drop(columns="sentinel")
         reps = repetitions(samples)
