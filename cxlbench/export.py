@@ -29,13 +29,16 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Any
 
+from cxlbench.analysis import drift
 from cxlbench.analysis.compare import as_run, params_text
 from cxlbench.analysis.reduction import axis_columns, point_id, repetitions
-from cxlbench.results.store import ResultsError, Run, atomic_write
+from cxlbench.results.store import ResultsError, Run, atomic_write, measured_whole
 
 #: The pytest-benchmark file format version these files follow.
 FORMAT_VERSION = "5.1.0"
-_TIME_SCALE = {"latency_ns": 1e-9, "seconds": 1.0, "step_time_s": 1.0}
+#: seconds per unit of each unit that is a time: a metric converts by its unit, so every
+#: time (p50_ns, max_ns, ns_per_line ... as well as latency_ns) goes in as seconds
+_TIME_SCALE = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 class NoTime(ValueError):
@@ -44,10 +47,8 @@ class NoTime(ValueError):
 
 
 def _convert(metric: str, unit: str, better: str, values: list[float]) -> tuple[list[float], str]:
-    if metric in _TIME_SCALE:
-        return [v * _TIME_SCALE[metric] for v in values], "seconds"
-    if unit == "s":
-        return values, "seconds"
+    if unit in _TIME_SCALE:
+        return [v * _TIME_SCALE[unit] for v in values], "seconds"
     if better == "higher":
         if not all(math.isfinite(v) and v > 0 for v in values):
             raise NoTime(f"{metric} {min(values):g} {unit}")
@@ -107,8 +108,10 @@ def _present(v: Any) -> bool:
 
 def points_of(run: Run) -> list[dict[str, Any]]:
     """Every point of the run (a metric of a case, at its axis values) with its stable
-    name, the case's asked parameters and its per-repetition values."""
-    reps = repetitions(run.samples)
+    name, the case's asked parameters and its per-repetition values: the cases measured
+    whole, without the drift sentinels' visits (no benchmark of the suite; compare,
+    gate and the headlines leave them out too)."""
+    reps = repetitions(drift.cases_only(measured_whole(run.samples, run.meta), run.meta))
     axes = axis_columns(reps)
     asked = {c.get("case_id"): c.get("params") or {} for c in run.meta.get("cases") or []}
     out = []

@@ -167,3 +167,36 @@ def test_a_run_with_no_number_has_nothing_to_export_and_says_so(tmp_path, capsys
     assert main(["export", str(run), "-o", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "nothing to export" in err and not (tmp_path / "x.json").exists()
+
+
+def test_every_time_goes_in_as_seconds_whatever_its_metric_is_called(tmp_path):
+    """p50_ns, p99_ns and max_ns went out as raw ns in a file of seconds: pytest-benchmark
+    compare showed a p99 of 350 ns as 350 s."""
+    p = {"working_set_bytes": 2**30, "page": "4k", "pattern": "random", "chains": 1, "line_bytes": 64}
+    spread = np.array([1.0, 1.01, 0.99, 1.02, 0.98])
+    run = syn.write_run(tmp_path / "results", [syn.case_result("latency", "ddr0", p, {
+        "latency_ns": 110.0 * spread, "p50_ns": 108.0 * spread, "p99_ns": 350.0 * spread,
+        "max_ns": 20000.0 * spread})], label="tails")
+    data = json.loads(export_pytest_benchmark(run, tmp_path / "t.json").read_text())
+    by_metric = {b["extra_info"]["metric"]: b for b in data["benchmarks"]}
+    assert set(by_metric) == {"latency_ns", "p50_ns", "p99_ns", "max_ns"}
+    for metric, b in by_metric.items():
+        assert b["extra_info"]["exported_as"] == "seconds", metric
+        assert b["stats"]["median"] == pytest.approx(b["extra_info"]["median"] * 1e-9), metric
+
+
+def test_a_case_that_failed_part_way_and_the_drift_sentinels_are_not_exported(tmp_path):
+    """compare, gate and the headlines leave both out: an export held a failed case's
+    first repetitions as its figure and the sentinels' visits as benchmarks."""
+    from dataclasses import replace
+    from cxlbench.export import github_action_benchmark_list, points_of
+    from cxlbench.results.store import load_run
+    from tests.test_sentinels import synthetic_run
+    sentinelled = load_run(synthetic_run(tmp_path, "s", lambda t: 1.0, 0.01, 0.01, seed=1))
+    assert {p["benchmark"] for p in points_of(sentinelled)} == {"latency"}
+    assert set(sentinelled.samples["benchmark"]) - {"latency"}            # the visits are in the run
+    results = syn.suite_results(np.random.default_rng(3), **SMALL)
+    cut = syn.make_run([replace(r, status="failed", reason="worker exited with code 255")
+                        if r.case.benchmark == "latency" else r for r in results])
+    exported = github_action_benchmark_list(cut, "customSmallerIsBetter")
+    assert exported and not any(x["name"].startswith("latency[") for x in exported)
