@@ -197,7 +197,8 @@ GAB_TOOLS = {"customBiggerIsBetter": "higher", "customSmallerIsBetter": "lower"}
 def github_action_benchmark_list(run: Run, tool: str) -> list[dict[str, Any]]:
     """The points whose metric goes `tool`'s way, in github-action-benchmark's custom
     format: name, unit, value (the median of the repetitions, as cxlbench prints it),
-    range (its 95% interval) and extra (repetitions, the case and the run)."""
+    range (its 95% interval) and extra (repetitions, the case and the run). None is
+    refused (ResultsError): the action fails on an empty file."""
     from cxlbench.analysis.stats import median_ci
     want = GAB_TOOLS[tool]
     out = []
@@ -209,6 +210,10 @@ def github_action_benchmark_list(run: Run, tool: str) -> list[dict[str, Any]]:
         out.append({"name": p["name"], "unit": str(first["unit"]), "value": statistics.median(p["values"]),
                     "range": f"{lo:.6g} to {hi:.6g} ({cover:.0%} interval)" if math.isfinite(lo) else "",
                     "extra": f"{len(p['values'])} repetitions; case {first['case_id']}; run {first['run_id']}"})
+    if not out:             # github-action-benchmark fails its step on an empty list ("No benchmark result")
+        other = next(t for t in GAB_TOOLS if t != tool)
+        raise ResultsError(f"{run.meta.get('run_id')} has no {want}-is-better figure: nothing to export as "
+                           f"{tool} (its figures go with {other})")
     return out
 
 

@@ -200,3 +200,20 @@ def test_a_case_that_failed_part_way_and_the_drift_sentinels_are_not_exported(tm
                         if r.case.benchmark == "latency" else r for r in results])
     exported = github_action_benchmark_list(cut, "customSmallerIsBetter")
     assert exported and not any(x["name"].startswith("latency[") for x in exported)
+
+
+def test_a_direction_the_run_has_no_figure_for_is_one_line_and_exit_2(tmp_path, capsys):
+    """github-action-benchmark fails its step on an empty list; the export wrote [] and
+    exited 0."""
+    from cxlbench.cli.main import main
+    lat = syn.write_run(tmp_path / "results", syn.suite_results(
+        np.random.default_rng(9), tiers=("ddr0",), working_sets=[2**20], threads=(1,), kernels=("read",),
+        pages=("4k",), loaded=False, extras=False), label="l")
+    import pandas as pd
+    frame = pd.read_parquet(lat / "samples.parquet")
+    frame[frame["better"] == "lower"].to_parquet(lat / "samples.parquet")
+    assert main(["export", str(lat), "--format", "customBiggerIsBetter", "-o", str(tmp_path / "b.json")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "no higher-is-better figure" in err and "customSmallerIsBetter" in err
+    assert not (tmp_path / "b.json").exists()
+    assert main(["export", str(lat), "--format", "customSmallerIsBetter", "-o", str(tmp_path / "s.json")]) == 0
