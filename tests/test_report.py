@@ -213,8 +213,13 @@ def test_embedded_csv_holds_the_samples(run_html, runs):
     assert m and m.group(2).endswith("-samples.csv")
     csv = unquote(m.group(1).replace("&amp;", "&"))
     frame = pd.read_csv(io.StringIO(csv))
-    assert len(frame) == len(syn_load(runs[0]).samples)
+    samples = syn_load(runs[0]).samples
+    assert len(frame) == len(samples)
     assert {"case_id", "metric", "value", "unit", "repetition"} <= set(frame.columns)
+    # every digit: rounded to 6 figures, 268435456 B read back as 268435000
+    assert frame["value"].tolist() == samples["value"].tolist()
+    sizes = frame["working_set_bytes"].dropna()
+    assert len(sizes) and sizes.isin([float(2**k) for k in range(10, 40)]).all()
 
 
 def test_render_is_byte_stable(runs, tmp_path):

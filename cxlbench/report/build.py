@@ -692,7 +692,7 @@ def data_link(samples: pd.DataFrame, reps: pd.DataFrame, pts: pd.DataFrame, stem
         estimate = len(head) * max(len(frame), 1) / max(min(len(frame), 2000), 1)
         if estimate > CSV_BUDGET * 1.3 and what != "points":
             continue
-        text = frame.to_csv(index=False, float_format="%.6g")
+        text = frame.to_csv(index=False)         # every digit: the shortest text that reads back exact
         if len(text) > CSV_BUDGET and what != "points":
             continue
         uri = "data:text/csv;charset=utf-8," + quote(text, safe=",.:;=/_-+ ()[]|'@*!~").replace(" ", "%20")
