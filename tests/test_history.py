@@ -598,3 +598,15 @@ def test_allow_missing_does_not_cover_a_point_whose_case_timed_out(tmp_path, cap
     rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13]), "--allow-missing"])
     err = capsys.readouterr().err
     assert rc == 2 and "1 case of the current run timed out (ddr0 latency" in err
+
+
+def test_a_step_is_numbered_by_its_run_in_the_whole_history_when_a_run_lacks_the_point(tmp_path):
+    """The change point's index counts only the runs that have the point: with run 3
+    lacking it, the site and `history` put the step at run 12, the run before it."""
+    paths = _runs(tmp_path, 15, slow_from=12)
+    _spoil_case(paths[2], "latency", "skipped", "no hugetlb pages reserved", keep_samples=False)
+    h = hist.history(tmp_path / "results")
+    (lat,) = [c for c in hist.point_changes(h, headlines_only=True) if "latency" in c.label]
+    assert (lat.change.index, lat.position, lat.run_id) == (11, 12, load_run(paths[12]).run_id)
+    (trend,) = [t for t in hist.trends(h, [lat]) if t.point == lat.point]
+    assert trend.steps.startswith("run 13: +")

@@ -362,8 +362,9 @@ def accept(run_dir: str | Path, reason: str) -> Marker:
 class PointChange:
     point: str
     label: str
-    change: ChangePoint
-    run_id: str
+    change: ChangePoint        # its index counts the runs that have the point
+    run_id: str                # the first run at the new level
+    position: int              # that run's place in the whole history (0: the oldest)
 
 
 def point_changes(h: History, min_magnitude: float = 0.05, max_pvalue: float = 0.01,
@@ -379,7 +380,7 @@ def point_changes(h: History, min_magnitude: float = 0.05, max_pvalue: float = 0
         for cp in change_points(values[ok], min_magnitude, max_pvalue):
             pos = int(positions[cp.index])
             label = s["label"].iloc[0]
-            out.append(PointChange(point, label, cp, h.runs["run_id"].iloc[pos]))
+            out.append(PointChange(point, label, cp, h.runs["run_id"].iloc[pos], pos))
     return out
 
 
@@ -406,7 +407,7 @@ def trends(h: History, changes: list[PointChange]) -> list[Trend]:
         s = s.sort_values("position")
         v = s["median"].to_numpy(float)
         probe = s["relative_to"].iloc[0] if "relative_to" in s.columns else ""
-        steps = "; ".join(f"run {c.change.index + 1}: {c.change.magnitude * 100:+.1f}% "
+        steps = "; ".join(f"run {c.position + 1}: {c.change.magnitude * 100:+.1f}% "
                           f"(p {c.change.pvalue:.3f})" for c in changes if c.point == point)
         out.append(Trend(point, display_label(s["label"].iloc[0], probe), str(s["unit"].iloc[0]),
                          float(np.median(v)), spread(v), float(v[-1]), steps or "none"))

@@ -337,7 +337,7 @@ def changes_page(ms: list[MachineRuns], digests: dict[str, str]) -> Page:
                  "machine_href": href(path, c.machine.page), "trend_href": href(path, c.trend.page),
                  "suite": c.trend.suite or "—", "figure": c.change.label,
                  "run_href": href(path, c.machine.run_page(_run(c.machine, c.change.run_id))),
-                 "run_id": c.change.run_id, "run_n": c.change.change.index + 1,
+                 "run_id": c.change.run_id, "run_n": c.change.position + 1,
                  "change": f"{c.change.change.magnitude * 100:+.1f}%", "p": f"{c.change.change.pvalue:.3f}"}
                 for c in changes(ms)]
         env = [{"machine": f"{m.configuration} / {m.name}", "trend_href": href(path, t.page),

@@ -25,7 +25,7 @@ def _chart(s: pd.DataFrame, title: str, cps: list[PointChange], marks: list[tupl
            color: str) -> Chart:
     x = (s["position"] + 1).tolist()
     series = Series("", x, s["median"].tolist(), s["lo"].tolist(), s["hi"].tolist(), color)
-    steps = [(c.change.index + 0.5, f"{c.change.magnitude * 100:+.1f}%") for c in cps]
+    steps = [(c.position + 0.5, f"{c.change.magnitude * 100:+.1f}%") for c in cps]   # between runs, as x
     unit = s["unit"].iloc[0]
     better = "lower" if s["better"].iloc[0] == "lower" else "higher"
     return Chart(title, "run (oldest first)", f"{unit} ({better} is better)", [series],
