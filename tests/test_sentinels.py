@@ -169,6 +169,25 @@ def test_a_whole_machine_slower_for_one_run_is_a_regression_raw_and_no_change_re
     assert text.sentinels[1][0][0] == "DRAM chase" and text.sentinels[1][0][1] == pytest.approx(1.3, rel=0.05)
 
 
+def test_compare_normalized_writes_the_same_verdicts_to_its_page_and_says_how(tmp_path, capsys):
+    """The terminal said "same" relative to the sentinels while the page written beside
+    it said +29% slower, raw, with nothing on it saying which."""
+    import re
+    from cxlbench.cli.main import main
+    a = synthetic_run(tmp_path, "a", lambda t: 1.0, 0.01, 0.01, seed=1)
+    b = synthetic_run(tmp_path, "b", lambda t: 1.3, 0.01, 0.01, seed=2)
+    page = tmp_path / "n.html"
+    assert main(["compare", str(a), str(b), "--normalize", "sentinel", "--threshold", "5%", "-o", str(page)]) == 0
+    html = page.read_text()
+    assert "judged relative to the drift sentinels" in html
+    cells = r'<td><span class="verdict (\w+)">[^<]*(?:same|slower|faster|inconclusive)'   # the verdicts' column
+    assert set(re.findall(cells, html)) == {"same"}
+    raw = tmp_path / "raw.html"
+    assert main(["compare", str(a), str(b), "--threshold", "5%", "-o", str(raw)]) == 0
+    assert set(re.findall(cells, raw.read_text())) == {"slower"}
+    assert "judged relative" not in raw.read_text()
+
+
 def test_a_real_regression_is_still_called_relative_to_the_sentinels(tmp_path):
     a = synthetic_run(tmp_path, "a", lambda t: 1.0, 0.01, 0.01, seed=1)
     b = synthetic_run(tmp_path, "b", lambda t: 1.0, 0.01, 0.01, seed=2, change=1.3)

@@ -165,7 +165,7 @@ def compare(runs: list[str], out: str | None = None, threshold: str | None = Non
         print(format_comparison(comparison))
         if out:
             from cxlbench.report import render
-            print(f"report: {render(runs, out, threshold=threshold, thresholds_file=thresholds_file)}")
+            print(f"report: {render(runs, out, threshold=threshold, thresholds_file=thresholds_file, normalize=normalize)}")
     except ThresholdError as e:
         raise UserError(str(e)) from None
     return 0

@@ -166,6 +166,7 @@ def comparison_context(cmp: Comparison, runs: Sequence[Run]) -> dict[str, Any]:
     return {"kind": "compare", "css": _css(), "version": __version__, "title": title,
             "runs": runs_info, "differences": diffs, "counts": counts,
             "thresholds": cmp.thresholds.describe(), "confidence": f"{cmp.confidence:.0%}",
+            "normalized": cmp.normalized,
             "partial": any(i.status != "complete" for i in cmp.runs),
             "partial_runs": [i.name for i in cmp.runs if i.status != "complete"],
             "families": families, "unmatched": unmatched, "not_measured": not_measured, "toc": toc,
@@ -226,9 +227,11 @@ def render_comparison_html(cmp: Comparison, runs: Sequence[RunLike] | None = Non
 
 
 def render(runs: RunLike | Sequence[RunLike], out_path: str | Path | None = None, *,
-           threshold: float | str | None = None, thresholds_file: str | Path | None = None) -> Path:
+           threshold: float | str | None = None, thresholds_file: str | Path | None = None,
+           normalize: str | None = None) -> Path:
     """Write the report of one run, or the comparison of several (the first is the
-    baseline), to out_path (default: reports/<run id>.html or reports/compare-<ids>.html).
+    baseline), to out_path (default: reports/<run id>.html or reports/compare-<ids>.html);
+    `normalize` judges the comparison relative to the drift sentinels, as compare's.
     Returns the path written."""
     if isinstance(runs, (str, Path, Run)):
         runs = [runs]
@@ -239,7 +242,7 @@ def render(runs: RunLike | Sequence[RunLike], out_path: str | Path | None = None
         html = environment().get_template("run.html").render(**run_context(loaded[0]))
         default = f"{safe_name(str(loaded[0].run_id))}.html"
     else:
-        cmp = compare(loaded, threshold=threshold, thresholds_file=thresholds_file)
+        cmp = compare(loaded, threshold=threshold, thresholds_file=thresholds_file, normalize=normalize)
         html = environment().get_template("compare.html").render(**comparison_context(cmp, loaded))
         default = "compare-" + "-vs-".join(safe_name(str(r.meta.get("label") or r.run_id))
                                            for r in loaded)[:150] + ".html"
