@@ -376,3 +376,15 @@ def test_a_bar_chart_of_long_case_names_keeps_room_for_its_bars():
     assert svg.startswith("<svg")
     assert all(len(line) <= BAR_NAME_WIDTH for n in bar_names(names) for line in n.split("\n"))
     assert bar_names(["hbm0 · none"]) == ["hbm0 · none"]        # a short name stays on one line
+
+
+def test_a_dollar_in_a_run_label_is_drawn_as_written(tmp_path):
+    """matplotlib reads text between two $ as mathtext: a comparison of runs labelled
+    "base$1_$x^" and "new$2" ended in a 128-line ParseSyntaxException."""
+    rng = np.random.default_rng(0)
+    kw = dict(tiers=("ddr0",), working_sets=[2**14, 2**30], threads=(1, 2), kernels=("read",), loaded=False,
+              extras=False)
+    runs = [syn.write_run(tmp_path, syn.suite_results(rng, **kw), label=label) for label in ("base$1_$x^", "new$2")]
+    html = report.render(runs, tmp_path / "x.html").read_text()
+    svgs = re.findall(r"<svg.*?</svg>", html, re.S)
+    assert svgs and all("base$1_$x^" in s and "new$2" in s for s in svgs)

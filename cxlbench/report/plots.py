@@ -99,6 +99,12 @@ def _byte_ticks(lo: float, hi: float) -> list[float]:
     return [2.0**k for k in range(a, b + 1) if (k - a) % step == 0]
 
 
+def plain(text: str) -> str:
+    """Text drawn as written: matplotlib reads what sits between two $ as mathtext, so a
+    run labelled "base$1_$x" was drawn as maths, and one that did not parse raised."""
+    return str(text).replace("$", r"\$")
+
+
 def render(chart: Chart, salt: str, width: float = 7.2, height: float = 3.6) -> str:
     """The chart as an <svg> element (no XML prolog), ready to inline in HTML."""
     with matplotlib.rc_context({**RC, "svg.hashsalt": salt}):
@@ -112,10 +118,10 @@ def render(chart: Chart, salt: str, width: float = 7.2, height: float = 3.6) -> 
             _draw_bars(ax, chart, names)
         else:
             _draw_lines(ax, chart)
-        ax.set_title(chart.title, loc="left")
-        ax.set_xlabel(chart.xlabel)
+        ax.set_title(plain(chart.title), loc="left")
+        ax.set_xlabel(plain(chart.xlabel))
         if not chart.bars:
-            ax.set_ylabel(chart.ylabel)
+            ax.set_ylabel(plain(chart.ylabel))
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
         buf = io.StringIO()
@@ -128,7 +134,7 @@ def _draw_lines(ax, chart: Chart) -> None:
     xs_all = [x for s in chart.series for x in s.x if x is not None and math.isfinite(x)]
     ys_all = [y for s in chart.series for y in s.y if y is not None and math.isfinite(y)]
     for s in chart.series:
-        ax.plot(s.x, s.y, linestyle=s.style, marker=s.marker, color=s.color, label=s.label)
+        ax.plot(s.x, s.y, linestyle=s.style, marker=s.marker, color=s.color, label=plain(s.label))
         if s.lo is not None and s.hi is not None and len(s.x) > 1:
             ax.fill_between(s.x, s.lo, s.hi, color=s.color, alpha=0.16, linewidth=0)
         elif s.lo is not None and s.hi is not None:
@@ -161,7 +167,7 @@ def _draw_lines(ax, chart: Chart) -> None:
         for x, label in chart.marks:
             if lo <= x <= hi:
                 ax.axvline(x, color="#888888", linestyle=(0, (3, 3)), linewidth=0.8, zorder=0)
-                ax.annotate(label, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2),
+                ax.annotate(plain(label), (x, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2),
                             textcoords="offset points", fontsize=8, color="#555555",
                             ha="left", va="top")
     if len(chart.series) > 1 or (chart.series and chart.series[0].label):
@@ -185,7 +191,7 @@ def _draw_bars(ax, chart: Chart, names: list[str]) -> None:
     colors = s.color.split("|") if "|" in s.color else [s.color] * len(pos)
     drawn = ax.barh(pos, s.y, color=colors, height=0.62, alpha=0.85)
     if chart.bar_labels:
-        ax.bar_label(drawn, labels=chart.bar_labels, padding=3, fontsize=8.5, color="#333333")
+        ax.bar_label(drawn, labels=[plain(t) for t in chart.bar_labels], padding=3, fontsize=8.5, color="#333333")
         top = max([*s.y, 0.0]) or 1.0
         ax.set_xlim(right=top * 1.3)                          # room for the labels,
         ax.set_xticks([t for t in ax.get_xticks() if 0 <= t <= top * 1.0001])   # no ticks past the data
@@ -193,7 +199,7 @@ def _draw_bars(ax, chart: Chart, names: list[str]) -> None:
         ax.errorbar(s.y, pos, xerr=[[max(y - l, 0) for y, l in zip(s.y, s.lo)],
                                     [max(h - y, 0) for y, h in zip(s.y, s.hi)]],
                     fmt="none", ecolor="#333333", capsize=2, linewidth=0.9)
-    ax.set_yticks(pos, names, linespacing=1.0)
+    ax.set_yticks(pos, [plain(n) for n in names], linespacing=1.0)
     ax.invert_yaxis()
     ax.grid(axis="y", visible=False)
     ax.set_xlim(left=0)
