@@ -348,9 +348,16 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     reasons = case_reasons(cur.meta)
     if not missing.empty:
         missing["why"] = [_missing_reason(p, reasons) for p in missing["point"]]
-    result.new = um[~um.index.isin(missing.index)] if not um.empty else um
-    cut = _failed_part_way(cmp, reasons, failed_cases(base.meta))
-    missing = pd.concat([missing, cut], ignore_index=True) if not missing.empty else cut
+    new = um[~um.index.isin(missing.index)] if not um.empty else um
+    # compare leaves out a case that failed part-way: one that failed in the baseline
+    # comes back as the current run's, and is no reference rather than new
+    base_failed = failed_cases(base.meta)
+    ids = new["point"].str.split("|", n=1).str[0] if not new.empty else pd.Series(dtype=str)
+    cut = new[ids.isin(list(base_failed))].copy() if not new.empty else new
+    if not cut.empty:
+        cut["why"] = [f"failed in the baseline: {base_failed[c]}" for c in ids[cut.index]]
+    result.new = new[~new.index.isin(cut.index)] if not new.empty else new
+    missing = pd.concat([m for m in (missing, cut) if not m.empty], ignore_index=True) if not cut.empty else missing
     result.missing = missing
     if not missing.empty and not allow_missing:
         shown = ", ".join(missing["point"].head(5))
@@ -380,24 +387,6 @@ def timed_out_error(n: int, shown: str) -> str:
     return (f"{n} case{'s' if n > 1 else ''} of the current run timed out ({shown}): --allow-missing does not "
             "cover a case that ran past its time limit (at least ten times its estimate); find why it is slow "
             "or hangs, then re-run it")
-
-
-def _failed_part_way(cmp: Comparison, reasons: dict[str, str], base_failed: dict[str, str]) -> pd.DataFrame:
-    """The cases that failed after some repetitions, in either run, taken out of the
-    comparison and counted missing: their samples are kept, but a case that failed
-    is not measured, and judged on its first repetitions it passed a gate whose
-    every case had failed (the workers' interpreter gone mid-run)."""
-    rows = cmp.rows
-    base_ids = rows["point_base"].str.split("|", n=1).str[0]
-    in_cur = rows["case_id"].map(lambda c: reasons.get(c, "")).str.startswith(FAILED)
-    in_base = base_ids.isin(list(base_failed))
-    taken, bases = rows[in_cur | in_base], base_ids[in_cur | in_base]
-    cmp.rows = rows[~(in_cur | in_base)].reset_index(drop=True)
-    why = [reasons[c] if reasons.get(c, "").startswith(FAILED) else f"failed in the baseline: {base_failed[b]}"
-           for c, b in zip(taken["case_id"], bases)]
-    return pd.DataFrame({"run": taken["run"], "point": taken["point_base"], "benchmark": taken["benchmark"],
-                         "metric": taken["metric"], "target": taken["target_base"], "key": taken["key"],
-                         "why": why}).reset_index(drop=True)
 
 
 def _missing_reason(point: str, reasons: dict[str, str]) -> str:
