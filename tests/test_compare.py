@@ -85,6 +85,21 @@ def test_a_case_that_failed_part_way_is_not_compared_on_its_first_repetitions():
     assert (cmp.unmatched["benchmark"] == "latency").any() and (cmp.not_measured["status"] == "failed").any()
 
 
+def test_a_change_outside_its_own_interval_says_the_repetitions_are_skewed():
+    """The change shown is the ratio of medians, the interval the ratio of geometric
+    means: "+4.8% [+5.0%, +9.6%] slower" stood with no word of why."""
+    p = {"working_set_bytes": 2**30, "page": "4k", "pattern": "random", "chains": 1, "line_bytes": 64}
+
+    def run(values, label):
+        return syn.make_run([syn.case_result("latency", "ddr0", p, {"latency_ns": np.array(values)})], label=label)
+    skewed = compare([run([102.3, 100.6, 99.1, 102.4, 102.4], "A"), run([111.4, 111.0, 107.1, 107.2, 107.0], "B")])
+    (row,) = skewed.rows.to_dict("records")
+    assert not row["lo"] <= row["ratio"] <= row["hi"] and "skewed repetitions" in row["note"]
+    assert "skewed repetitions" in format_comparison(skewed)
+    even = compare([run([100.0, 101.0, 99.0, 102.0, 98.0], "A"), run([110.0, 111.1, 108.9, 112.2, 107.8], "B")])
+    assert even.rows["note"].iloc[0] == ""
+
+
 def test_unmatched_cases_are_listed():
     rng = np.random.default_rng(2)
     a = syn.make_run(syn.suite_results(rng, **SMALL), label="A")

@@ -20,7 +20,7 @@ import pandas as pd
 from cxlbench.analysis import drift, machine as machine_mod
 from cxlbench.analysis.stats import (CONFIDENCE, INCONCLUSIVE, VERDICTS, discount_instability,
                                      discount_interference, frames_can_move, judge, note_contiguity, ratio_ci,
-                                     repetitions_needed)
+                                     repetitions_needed, skew_note)
 from cxlbench.analysis.reduction import axis_columns, point_id, points, repetitions
 from cxlbench.analysis.thresholds import Thresholds, assume_vm_noise, check_names, load_thresholds
 from cxlbench.results.store import ResultsError, Run, load_run, measured_whole
@@ -342,6 +342,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
                 ch, note = judge(ratio_ci([], []), better, thr), "the runs disagree on the direction"
             needed = repetitions_needed(bv, cv, thr, confidence, th.noise_for(bench)) \
                 if ch.verdict == INCONCLUSIVE and not note else math.nan
+            note = "; ".join(n for n in (note, skew_note(ch)) if n)
             rows.append({"key": r["key"], "run": i, "benchmark": bench, "metric": metric,
                          "unit": r["unit_b"], "better": better, "target_slot": r["target_slot_b"],
                          "target_base": r["target_b"], "target": r["target_c"], "point_base": r["point_b"],

@@ -351,6 +351,18 @@ def note_contiguity(change: Change, base: float | None, cur: float | None,
     return replace(change, note="; ".join(n for n in (change.note, note) if n))
 
 
+def skew_note(change: Change) -> str:
+    """The change shown is the ratio of medians; the interval and the verdict are the
+    ratio of geometric means'. On skewed repetitions the first can fall outside the
+    second ("+4.8% [+5.0%, +9.6%] slower"): said, so the reader looks at the samples
+    rather than taking one figure against the other."""
+    r, lo, hi = change.ratio, change.lo, change.hi
+    if not (math.isfinite(r) and math.isfinite(lo) and math.isfinite(hi)) or lo <= r <= hi:
+        return ""
+    return ("skewed repetitions: the change shown (of the medians) lies outside the interval, which is of "
+            "the geometric means the verdict tests; look at the samples")
+
+
 #: A run whose repetitions spread (90th / 10th percentile) wider than 1 + this
 #: many thresholds, and at least UNSTABLE_MIN, is unstable: the machine's state
 #: changed within the run. The floor keeps a tight threshold (1%) from calling
