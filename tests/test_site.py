@@ -256,3 +256,15 @@ def test_a_machines_headlines_take_no_figure_from_a_case_that_failed_part_way(tm
     (m,) = site.machines(runs)
     families = {h.figure.family for h in site.headlines(m)}
     assert "bandwidth" in families and "latency" not in families
+
+
+def test_a_page_is_made_again_when_any_code_that_shapes_it_changes():
+    """The digest covered the report's folder only: a fix to how headlines are picked
+    or changes found (analysis/) left a published site's pages as the old code made
+    them."""
+    from pathlib import Path
+    names = {p.relative_to(Path(site.__file__).resolve().parents[1]).as_posix() for p in site.code_files()
+             if "templates" not in p.parts}
+    assert {"analysis/headlines.py", "analysis/history.py", "analysis/stats.py", "results/store.py",
+            "units.py", "report/site.py", "analysis/thresholds.toml"} <= names
+    assert any(p.suffix == ".html" for p in site.code_files())           # the templates
