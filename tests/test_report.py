@@ -202,6 +202,8 @@ def test_the_tier_summary_takes_no_figure_from_a_case_that_failed_part_way():
     assert "peak read (GB/s)" in shown and "idle latency (ns)" not in shown
     whole = report.run_context(syn.make_run(results))["summary"]
     assert "idle latency (ns)" in {f"{f['title']} ({f['unit']})" for f in whole["figures"]}
+    html = report.render_run_html(cut)              # the family's table keeps them, marked
+    assert "(case failed)" in html and "(case failed)" not in report.render_run_html(syn.make_run(results))
 
 
 def test_embedded_csv_holds_the_samples(run_html, runs):

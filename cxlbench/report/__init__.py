@@ -26,6 +26,7 @@ from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.held import by_point
 from cxlbench.analysis.reduction import points, repetitions
 from cxlbench.report import build, distributions, drift as drift_section, step_breakdown
+from cxlbench.results.schema import failed_cases
 from cxlbench.results.store import Run, atomic_write, measured_whole, safe_name
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -74,7 +75,7 @@ def run_context(run: Run) -> dict[str, Any]:
                              "description": show["description"], "lead_charts": lead,
                              "charts": build.family_charts(fam, show, marks, maker, allowed=allowed),
                              **(step_breakdown.section(run.samples, maker) if bench == "training" else {}),
-                             "tables": build.points_tables(fam, allowed, held),
+                             "tables": build.points_tables(fam, allowed, held, failed_cases(meta)),
                              "advice": _advice(run, maker) if bench == "training" else None})
     status = str(meta.get("status", "unknown"))
     warned = build.warned(meta)

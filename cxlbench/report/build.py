@@ -579,12 +579,16 @@ def _bar_chart(mp, family_title, metric, unit, params, maker, color_by, names) -
 
 
 def points_tables(fam: pd.DataFrame, allowed: Iterable[str] | None = None,
-                  held: dict[tuple[str, str], Held] | None = None) -> list[dict[str, Any]]:
+                  held: dict[tuple[str, str], Held] | None = None,
+                  failed: Iterable[str] = ()) -> list[dict[str, Any]]:
     """One table per metric: tier, the parameters that vary (and the page size
     found, when it was not asked for), n, median with its interval, the precision
     that interval gives (its half-width relative to the median), spread — and, when a
     repetition of a point held its CPU less than 90% of its time (analysis.held), the
-    lowest share held, so a figure from a shared CPU is not read as clean."""
+    lowest share held, so a figure from a shared CPU is not read as clean. The points
+    of a case that failed part-way (`failed`: case ids) say so by their n: its
+    repetitions are kept, but they are not its figure."""
+    failed = set(failed)
     tables = []
     fam = fam.assign(precision=precision(fam))
     for metric, mp in fam.groupby("metric", sort=False):
@@ -604,7 +608,8 @@ def points_tables(fam: pd.DataFrame, allowed: Iterable[str] | None = None,
         for _, r in mp.head(MAX_TABLE_ROWS).iterrows():
             rows.append(([r["initiator"]] if show_init else []) + [r["target"]] +
                         [param_value(p, r[p]) for p in params] +
-                        [str(int(r["n"])), num(r["median"]), f"{num(r['lo'])}–{num(r['hi'])}",
+                        [str(int(r["n"])) + (" (case failed)" if r.get("case_id") in failed else ""),
+                         num(r["median"]), f"{num(r['lo'])}–{num(r['hi'])}",
                          f"±{r['precision']:.1%}" if pd.notna(r["precision"]) else "—",
                          f"±{r['rcv'] * 100:.1f}%" if pd.notna(r["rcv"]) else "—"])
         _held_column(headers, numeric_cols, rows, mp.head(MAX_TABLE_ROWS), metric, held or {})
