@@ -75,6 +75,18 @@ def test_one_machine_per_configuration_is_compared_over_its_repetitions(tmp_path
     assert fleet.outliers == []
 
 
+def test_a_cell_says_its_spread_is_a_range_over_its_machines_and_one_machine_has_none(tmp_path):
+    """The matrix printed "±0.0% · 1" for a configuration of one machine, and a range
+    over machines as a ± half-width."""
+    for i, v in enumerate([100, 110, 105]):
+        machine_run(tmp_path, "many", f"m{i}", v)
+    machine_run(tmp_path, "one", "solo", 100)
+    rep = page.build(str(tmp_path))
+    text, html = page.text(rep), page.html(rep)
+    assert "(spread 9.5%, 3 machines)" in text and "(1 machine)" in text and "±0.0%" not in text
+    assert "(spread 9.5%, 3 machines)" in html and "(1 machine)" in html
+
+
 def test_the_report_reads_a_store_with_its_fleet_record_as_text_and_html(tmp_path):
     machine_run(tmp_path, "a", "n1", 100, job_id="1")
     machine_run(tmp_path, "b", "n1", 110, finish=False, job_id="2")

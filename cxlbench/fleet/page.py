@@ -83,7 +83,7 @@ def text(rep: FleetReport) -> str:
             for tier in f.tiers:
                 cells = [f.cell(c, tier, column) for c in confs]
                 if any(cells):
-                    rows.append([tier] + [f"{_num(c.median)} {c.unit} ±{c.spread:.1%}" if c else "—"
+                    rows.append([tier] + [f"{_num(c.median)} {c.unit} {spread_text(c)}" if c else "—"
                                           for c in cells])
             out += [f"  {column}"] + ["  " + line for line in text_table(["tier", *confs], rows,
                                                                              set(range(1, len(confs) + 1)))]
@@ -136,7 +136,7 @@ def html(rep: FleetReport, nav: list[tuple[str, str]] | None = None) -> str:
     return environment().get_template("fleet.html").render(
         version=__version__, title=f"fleet · {rep.store}", css=(TEMPLATES / "style.css").read_text(encoding="utf-8"),
         site_nav=nav or [],
-        rep=rep, confs=list(f.machines), tiers=f.tiers, columns=f.columns, cell=f.cell,
+        rep=rep, confs=list(f.machines), tiers=f.tiers, columns=f.columns, cell=f.cell, spread_text=spread_text,
         charts=_charts(rep), num=_num, change=fmt_change, ci=fmt_ci_change,
         isfinite=math.isfinite)
 
@@ -147,3 +147,10 @@ def render(rep: FleetReport, out: str | Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, html(rep).encode("utf-8"))
     return path
+
+
+def spread_text(c) -> str:
+    """A cell's spread over its machines, (highest - lowest) / median: a range, not a
+    ± half-width, and none for one machine (whose "±0.0%" read as a measured spread)."""
+    n = len(c.machines)
+    return f"(spread {c.spread:.1%}, {n} machines)" if n > 1 else "(1 machine)"
