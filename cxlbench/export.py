@@ -209,7 +209,8 @@ def github_action_benchmark_list(run: Run, tool: str) -> list[dict[str, Any]]:
         lo, hi, cover = median_ci(p["values"])
         out.append({"name": p["name"], "unit": str(first["unit"]), "value": statistics.median(p["values"]),
                     "range": f"{lo:.6g} to {hi:.6g} ({cover:.0%} interval)" if math.isfinite(lo) else "",
-                    "extra": f"{len(p['values'])} repetitions; case {first['case_id']}; run {first['run_id']}"})
+                    "extra": f"{len(p['values'])} repetitions; case {first['case_id']}; run {first['run_id']}"
+                             + ("" if run.meta.get("status") == "complete" else f" ({run.meta.get('status')})")})
     if not out:             # github-action-benchmark fails its step on an empty list ("No benchmark result")
         other = next(t for t in GAB_TOOLS if t != tool)
         raise ResultsError(f"{run.meta.get('run_id')} has no {want}-is-better figure: nothing to export as "

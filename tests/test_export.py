@@ -217,3 +217,14 @@ def test_a_direction_the_run_has_no_figure_for_is_one_line_and_exit_2(tmp_path, 
     assert len(err.splitlines()) == 1 and "no higher-is-better figure" in err and "customSmallerIsBetter" in err
     assert not (tmp_path / "b.json").exists()
     assert main(["export", str(lat), "--format", "customSmallerIsBetter", "-o", str(tmp_path / "s.json")]) == 0
+
+
+def test_a_point_of_a_run_that_did_not_complete_says_so_in_its_extra(tmp_path):
+    from cxlbench.export import github_action_benchmark_list
+    from cxlbench.results.store import load_run
+    from cxlbench.results.schema import PARTIAL
+    results = syn.suite_results(np.random.default_rng(5), **SMALL)
+    cut = load_run(syn.write_run(tmp_path / "a", results, status=PARTIAL, label="cut"))
+    whole = load_run(syn.write_run(tmp_path / "b", results, label="whole"))
+    assert all(x["extra"].endswith("(partial)") for x in github_action_benchmark_list(cut, "customBiggerIsBetter"))
+    assert not any("partial" in x["extra"] for x in github_action_benchmark_list(whole, "customBiggerIsBetter"))
