@@ -186,6 +186,41 @@ def test_allow_missing_does_not_cover_a_case_that_timed_out():
     assert "1 case of the current run timed out" in result.errors[0] and cur_results[1].case.case_id in result.errors[0]
 
 
+def test_a_timeout_in_a_later_process_or_after_a_failed_baseline_is_still_a_timeout():
+    """The runner prefixes a later process's reason ("process 2 of 5: timed out ..."), and
+    compare leaves out a case failed in both runs: either way --allow-missing let the
+    timeout through, and the second passed unmentioned even without it."""
+    rng = np.random.default_rng(2)
+    base_results = sim_results(rng, 3)
+    base = syn.make_run(base_results, label="base")
+    later = sim_results(rng, 3)
+    later[1] = replace(later[1], status=FAILED, reason="process 2 of 5: timed out after 600 s")
+    assert gate(base, syn.make_run(later, label="cur"), allow_missing=True).exit_code == 2
+    failed_base = syn.make_run([replace(r, status=FAILED, reason="worker died: signal 9") if i == 1 else r
+                                for i, r in enumerate(base_results)], label="base")
+    again = sim_results(rng, 3)
+    again[1] = replace(again[1], status=FAILED, reason="worker died: signal 9")
+    both = gate(failed_base, syn.make_run(again, label="cur"))
+    assert both.exit_code == 0 and any("failed in both runs (worker died: signal 9)" in w for w in both.warnings)
+    again[1] = replace(again[1], reason="timed out after 600 s")
+    assert gate(failed_base, syn.make_run(again, label="cur")).exit_code == 2
+
+
+def test_a_missing_cases_reason_is_found_when_the_other_machine_names_its_tier_otherwise():
+    from tests.test_compare import machine_b
+    rng = np.random.default_rng(3)
+    kw = dict(tiers=("ddr0", "cxl2"), working_sets=[2**20, 2**30], threads=(1,), kernels=("read",),
+              pages=("4k",), loaded=False, extras=False)
+    base = syn.make_run(syn.suite_results(rng, **kw), label="base")
+    m, tiers = machine_b()
+    cur_results = syn.suite_results(rng, **{**kw, "tiers": ("ddr0", "cxl3")})
+    i = next(i for i, r in enumerate(cur_results) if r.case.target == "cxl3")
+    cur_results[i] = replace(cur_results[i], status=SKIPPED, reason="the CXL node is offline", samples=[])
+    result = gate(base, syn.make_run(cur_results, m=m, tiers=tiers, label="cur"), allow_missing=True,
+                  ignore_identity=["numa_nodes", "tiers"])
+    assert list(result.missing["why"]) == ["skipped: the CXL node is offline"], result.errors
+
+
 def test_a_baseline_case_that_failed_part_way_is_no_reference_and_new_cases_stay_new():
     rng = np.random.default_rng(2)
     base = syn.make_run([replace(r, status=FAILED, reason="timed out after 600 s") if i == 0 else r

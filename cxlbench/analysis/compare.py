@@ -153,13 +153,29 @@ def annotate_points(run: Run, pts: pd.DataFrame, index: int) -> pd.DataFrame:
             params = parse_case_params(cid)
         params = {k: v for k, v in params.items() if k not in UNMATCHED_PARAMS}
         ax = {k: v for k, v in ax.items() if not (v is None or (isinstance(v, float) and math.isnan(v)))}
-        ptext = ",".join(f"{k}={_canon(params[k])}" for k in sorted(params))
         atext = ",".join(f"{k}={_canon(ax[k])}" for k in sorted(ax))
-        keys.append(f"{bench}/{ini}/{tgt}/{ptext}|{atext}/{metric}")
+        keys.append(f"{_case_key(bench, ini, tgt, params)}|{atext}/{metric}")
         texts.append({**params, **ax})
     pts["key"] = keys
     pts["params"] = texts
     return pts
+
+
+def _case_key(benchmark: str, initiator_slot: str, target_slot: str, params: dict[str, Any]) -> str:
+    """A case as runs of other machines name it: its tiers by slot (cxl2 here is cxl3
+    there), its asked parameters without paths; a point's key begins with it."""
+    ptext = ",".join(f"{k}={_canon(params[k])}" for k in sorted(params) if k not in UNMATCHED_PARAMS)
+    return f"{benchmark}/{initiator_slot}/{target_slot}/{ptext}"
+
+
+def cases_by_key(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each planned case's record under its key (what precedes "|" in its points' keys):
+    how one run's case is found in another run, whose tiers may be named otherwise."""
+    slot = slots(meta)
+    return {_case_key(str(c.get("benchmark")), slot.get(c.get("initiator"), str(c.get("initiator"))),
+                      slot.get(c.get("target"), str(c.get("target"))),
+                      c.get("params") if c.get("params") is not None else parse_case_params(c["case_id"])): c
+            for c in meta.get("cases", []) or [] if c.get("case_id")}
 
 
 def _split_values(run: int, ids: list[str], metrics, vals) -> dict[tuple, Any]:

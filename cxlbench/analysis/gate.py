@@ -19,11 +19,11 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from cxlbench.analysis.compare import (Comparison, RunLike, as_run, compare, fmt_change, fmt_ci_change,
+from cxlbench.analysis.compare import (Comparison, RunLike, as_run, cases_by_key, compare, fmt_change, fmt_ci_change,
                                        fmt_num, fmt_pct)
 from cxlbench.analysis.stats import CONFIDENCE, FASTER, INCONCLUSIVE, SAME, SLOWER
 from cxlbench.analysis.thresholds import ThresholdError, Thresholds, load_thresholds
-from cxlbench.results.schema import FAILED, TIMED_OUT, case_reasons, failed_cases
+from cxlbench.results.schema import FAILED, timed_out
 from cxlbench.results.store import ResultsError, Run
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
@@ -342,31 +342,18 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
             + "; ".join(str(d) for d in ident))
     for d in cmp.context_differences:
         result.warnings.append(f"setting differs: {d}")
-    um = cmp.unmatched
-    base_name = cmp.runs[0].name
-    missing = um[um["why"].str.startswith(f"in {base_name},")].copy() if not um.empty else um
-    reasons = case_reasons(cur.meta)
-    if not missing.empty:
-        missing["why"] = [_missing_reason(p, reasons) for p in missing["point"]]
-    new = um[~um.index.isin(missing.index)] if not um.empty else um
-    # compare leaves out a case that failed part-way: one that failed in the baseline
-    # comes back as the current run's, and is no reference rather than new
-    base_failed = failed_cases(base.meta)
-    ids = new["point"].str.split("|", n=1).str[0] if not new.empty else pd.Series(dtype=str)
-    cut = new[ids.isin(list(base_failed))].copy() if not new.empty else new
-    if not cut.empty:
-        cut["why"] = [f"failed in the baseline: {base_failed[c]}" for c in ids[cut.index]]
-    result.new = new[~new.index.isin(cut.index)] if not new.empty else new
-    missing = pd.concat([m for m in (missing, cut) if not m.empty], ignore_index=True) if not cut.empty else missing
-    result.missing = missing
+    result.missing, result.new, both = _unmatched(cmp, base, cur)
+    missing = result.missing
+    stuck = [c["case_id"] for c in cur.meta.get("cases") or [] if timed_out(c)]
     if not missing.empty and not allow_missing:
         shown = ", ".join(missing["point"].head(5))
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         result.errors.append(f"{len(missing)} baseline cases are missing from the current run "
                              f"({shown}{more}); re-run them or pass allow_missing (--allow-missing) "
                              f"to gate on the cases both runs have")
-    elif not missing.empty and (stuck := missing[missing["why"].str.startswith(f"{FAILED}: {TIMED_OUT}")]).size:
-        result.errors.append(timed_out_error(len(stuck), ", ".join(stuck["point"].head(5))))
+    if stuck:                            # whatever allow_missing says, and whatever the baseline had
+        result.errors.append(timed_out_error(len(stuck), ", ".join(stuck[:5])))
+    result.warnings += [f"{c} failed in both runs ({why}): not gated" for c, why in both.items()]
     if cmp.rows.empty:
         result.errors.append("the runs have no case in common: nothing to gate on")
     if result.errors:
@@ -389,9 +376,41 @@ def timed_out_error(n: int, shown: str) -> str:
             "or hangs, then re-run it")
 
 
-def _missing_reason(point: str, reasons: dict[str, str]) -> str:
-    case_id = point.split("|", 1)[0]
-    return reasons.get(case_id, "not in the current run")
+def _unmatched(cmp: Comparison, base: Run, cur: Run) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
+    """(missing, new, failed in both): the baseline's points the current run lacks,
+    each with why (the current run's record of its case, found by key: its tiers may
+    be named otherwise); the current run's points the baseline lacks, less those whose
+    baseline case failed part-way (compare leaves such cases out: no reference, so
+    missing, not new); and the cases that failed in both runs (nothing to gate)."""
+    um = cmp.unmatched
+    if um.empty:
+        return um, um, _failed_in_both(base, cur)
+    cur_cases, base_cases = cases_by_key(cur.meta), cases_by_key(base.meta)
+    case_key = um["key"].str.split("|", n=1).str[0]
+    lost = um["why"].str.startswith(f"in {cmp.runs[0].name},")
+    missing = um[lost].copy()
+    missing["why"] = [_why(cur_cases.get(k), "the current run") for k in case_key[lost]]
+    was = [base_cases.get(k) or {} for k in case_key[~lost]]
+    failed_before = pd.Series([c.get("status") == FAILED for c in was], index=um.index[~lost], dtype=bool)
+    cut = um[~lost][failed_before].copy()
+    cut["why"] = [f"failed in the baseline: {c.get('reason') or ''}" for c in was if c.get("status") == FAILED]
+    new = um[~lost][~failed_before]
+    return pd.concat([missing, cut], ignore_index=True), new, _failed_in_both(base, cur)
+
+
+def _why(case: dict[str, Any] | None, run: str) -> str:
+    if case is None:
+        return f"not in {run}"
+    if case.get("status") not in (None, "ok"):
+        return f"{case['status']}: {case.get('reason') or ''}"
+    return "its case ran, without this point (a point it drops when the machine is busy, or a metric it no longer gives)"
+
+
+def _failed_in_both(base: Run, cur: Run) -> dict[str, str]:
+    """case_id -> the current run's reason, for cases that failed in both runs."""
+    base_cases = cases_by_key(base.meta)
+    return {c["case_id"]: c.get("reason") or "" for k, c in cases_by_key(cur.meta).items()
+            if c.get("status") == FAILED and (base_cases.get(k) or {}).get("status") == FAILED}
 
 
 def _confirm(base: Run, flagged: pd.DataFrame, rerun: Rerun, th: Thresholds,

@@ -105,6 +105,12 @@ def failed_cases(meta: dict[str, Any]) -> dict[str, str]:
             if c.get("status") == FAILED and "case_id" in c}
 
 
+def timed_out(case: dict[str, Any]) -> bool:
+    """A case record failed by its time limit: in its own process or any of them (the
+    runner prefixes "process 2 of 5: " to a later process's reason)."""
+    return case.get("status") == FAILED and TIMED_OUT in str(case.get("reason") or "")
+
+
 def case_reasons(meta: dict[str, Any]) -> dict[str, str]:
     """case_id -> "status: reason", for a run's cases that were not measured whole
     (skipped or failed): why a case a gate expected has no figure."""
