@@ -582,14 +582,43 @@ def test_a_case_that_failed_part_way_in_the_history_gives_it_no_point(tmp_path):
     assert len(h.rows[h.rows["benchmark"] != "latency"]) == 14
 
 
-def test_a_point_the_newest_reference_run_lacked_is_not_asked_of_the_current_one(tmp_path):
-    """The points expected are those the run before it measured: a case dropped (and
-    accepted with --allow-missing) once is not asked for in every later run."""
+def test_a_case_that_stays_gone_is_missing_run_after_run_until_the_change_is_accepted(tmp_path, capsys):
+    """Expected were the points of the newest reference run only: a case gone for two
+    nightlies failed the first and passed the second, unmentioned."""
     paths = _runs(tmp_path, 15)
     for p in paths[13:]:
         _spoil_case(p, "latency", "skipped", "no CXL node", keep_samples=False)
-    v = _judge(paths, 14)
+    assert _judge(paths, 14).exit_code == 2 and _judge(paths, 13).exit_code == 2
+    main(["history", str(tmp_path / "results"), "--accept", str(paths[13]), "--reason", "CXL card removed"])
+    capsys.readouterr()
+    assert "missing" not in set(_judge(paths, 14).rows.get("verdict", pd.Series(dtype=str)))
+
+
+def test_a_point_only_a_few_runs_of_the_window_had_is_not_asked_for(tmp_path):
+    paths = _runs(tmp_path, 14)
+    for p in paths[4:]:
+        _spoil_case(p, "latency", "skipped", "no CXL node", keep_samples=False)
+    v = _judge(paths, 13)
     assert v.status == PASS and set(v.rows["verdict"]) == {"pass"}
+
+
+def test_a_missing_point_in_a_short_history_is_said_not_a_traceback(tmp_path, capsys):
+    """Under 10 runs no point has a verdict: the missing row's NaN neighbours broke the table."""
+    paths = _runs(tmp_path, 6)
+    _spoil_case(paths[5], "latency", "skipped", "no hugetlb pages reserved", keep_samples=False)
+    out = tmp_path / "g.json"
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[5]), "--json", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "skipped: no hugetlb pages reserved" in err and "Traceback" not in err
+    assert {p["verdict"] for p in json.loads(out.read_text())["points"]} == {"—", "missing"}
+
+
+def test_a_point_its_case_ran_without_says_so(tmp_path):
+    paths = _runs(tmp_path, 14)
+    frame = pd.read_parquet(paths[13] / "samples.parquet")
+    frame[frame["benchmark"] != "latency"].to_parquet(paths[13] / "samples.parquet")
+    v = _judge(paths, 13)
+    assert v.exit_code == 2 and v.rows.set_index("verdict").loc["missing", "note"] == "its case ran, without this point"
 
 
 def test_allow_missing_does_not_cover_a_point_whose_case_timed_out(tmp_path, capsys):

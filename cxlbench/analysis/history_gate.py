@@ -33,7 +33,7 @@ from scipy.stats import false_discovery_control
 from cxlbench.analysis.gate import timed_out_error
 from cxlbench.analysis.history import History, labels, run_rows
 from cxlbench.analysis.stats import contiguity_note, t_cdf, t_quantile
-from cxlbench.results.schema import FAILED, TIMED_OUT, case_reasons
+from cxlbench.results.schema import OK, case_warnings, timed_out
 from cxlbench.results.store import Run
 
 PASS, SUSPECT, FAIL, ERROR, SHORT = "pass", "suspect", "fail", "error", "inconclusive"
@@ -170,44 +170,71 @@ def _judge(h: History, current: Run, confirmations: list[Run], rule: Rule,
 
 
 def _with_missing(v: HistoryVerdict, h: History, current: Run, allow_missing: bool) -> HistoryVerdict:
-    """The verdict with the points it could not judge: those the newest run of the
-    reference measured, with enough history to be judged, that the current run has
-    no figure for (skipped, failed, or not planned). Without this a case that stopped
+    """The verdict with the points it could not judge: those most of the reference's
+    runs measured, with enough history to be judged, that the current run has no
+    figure for (skipped, failed, or not planned). Without this a case that stopped
     running (a CXL node gone offline, a worker that dies in every run) passed the gate
-    on the points that were left."""
-    if v.errors or not v.reference:
+    on the points that were left. A case of the current run that timed out makes the
+    inputs unusable whatever --allow-missing says (as in the pairwise gate)."""
+    if v.errors:
         return v
-    gone = _missing_points(h, v.reference, set(v.rows["point"]) if not v.rows.empty else set(), current, v.rule)
+    stuck = [c["case_id"] for c in current.meta.get("cases") or [] if timed_out(c)]
+    gone = _missing_points(h, v.reference, set(v.rows["point"]) if not v.rows.empty else set(), current,
+                           v.rule) if v.reference else pd.DataFrame()
+    if not gone.empty:
+        v.rows = pd.concat([v.rows, gone], ignore_index=True) if not v.rows.empty else gone
+        v.rows["verdict"] = v.rows["verdict"].fillna("—")        # a short history judges none
+        v.rows["note"] = v.rows["note"].fillna("")
+    if stuck:
+        v.status = ERROR
+        v.notes.append(timed_out_error(len(stuck), ", ".join(_names(stuck, gone))))
+    gone = gone[~gone["case_id"].isin(stuck)] if not gone.empty else gone
     if gone.empty:
         return v
-    v.rows = pd.concat([v.rows, gone], ignore_index=True) if not v.rows.empty else gone
     n = len(gone)
     what = f"{n} point{'s' if n > 1 else ''} of the history {'are' if n > 1 else 'is'} missing from {v.current}"
-    stuck = gone[gone["note"].str.startswith(f"{FAILED}: {TIMED_OUT}")]
-    if allow_missing and not stuck.empty:
-        v.status = ERROR
-        v.notes.append(timed_out_error(len(stuck), ", ".join(stuck["label"].head(5))))
-    elif allow_missing:
+    if allow_missing:
         v.notes.append(f"{what}: not judged (--allow-missing)")
     else:
         v.status = ERROR
-        v.notes.append(f"{what}: re-run {'their cases' if n > 1 else 'its case'}, or pass --allow-missing "
-                       "to gate on the points the run has")
+        v.notes.append(f"{what}: re-run {'their cases' if n > 1 else 'its case'}, pass --allow-missing to gate "
+                       "on the points the run has, or, where a case was dropped on purpose, accept the change "
+                       "(cxlbench history RESULTS --accept RUN --reason ...)")
     return v
 
 
+def _names(case_ids: list[str], gone: pd.DataFrame) -> list[str]:
+    """Up to 5 cases by their figures' labels where the history has them."""
+    labels = dict(zip(gone["case_id"], gone["label"])) if not gone.empty else {}
+    return [labels.get(c, c) for c in case_ids[:5]]
+
+
 def _missing_points(h: History, reference: list[str], have: set[str], current: Run, rule: Rule) -> pd.DataFrame:
-    """Rows for the points of the reference's newest run, judged on at least 3 runs of
-    history, that the current run lacks; the current run's case status says why."""
+    """Rows for the points that more than half of the reference's runs measured, and
+    at least 3 (enough to be judged), that the current run lacks, each with why. The
+    majority keeps a case that stopped running missing run after run until the change
+    is accepted, and lets a point that came and went be."""
     base = h.rows[h.rows["run_id"].isin(reference)]
-    newest = base[base["position"] == base["position"].max()]
-    counts = base.groupby("point").size()
-    gone = newest[~newest["point"].isin(have) & newest["point"].map(counts).ge(3)]
-    reasons = case_reasons(current.meta)
-    rows = [{**_point({**r.to_dict(), "median": math.nan}, base[base["point"] == r["point"]], [], rule),
-             "verdict": "missing", "note": reasons.get(r["case_id"], "not in the run")}
-            for _, r in gone.iterrows()]
+    runs = base.groupby("point")["run_id"].nunique()
+    expected = runs[(runs >= 3) & (2 * runs > len(reference))].index
+    firsts = base.sort_values("position").groupby("point").tail(1).set_index("point")
+    rows = []
+    for point in [p for p in expected if p not in have]:
+        r = firsts.loc[point]
+        rows.append({**_point({**r.to_dict(), "point": point, "median": math.nan}, base[base["point"] == point],
+                              [], rule),
+                     "case_id": r["case_id"], "verdict": "missing", "note": _why(current.meta, r["case_id"])})
     return pd.DataFrame(rows)
+
+
+def _why(meta: dict[str, Any], case_id: str) -> str:
+    case = next((c for c in meta.get("cases") or [] if c.get("case_id") == case_id), None)
+    if case is None:
+        return "not in the run"
+    if case.get("status") != OK:
+        return f"{case.get('status')}: {case.get('reason') or ''}"
+    warned = [w for cid, w in case_warnings(meta) if cid == case_id]
+    return "its case ran, without this point" + (f" ({warned[0]})" if warned else "")
 
 
 def _not_figures(cur: pd.DataFrame) -> list[str]:
