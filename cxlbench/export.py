@@ -202,7 +202,8 @@ def github_action_benchmark_list(run: Run, tool: str) -> list[dict[str, Any]]:
     from cxlbench.analysis.stats import median_ci
     want = GAB_TOOLS[tool]
     out = []
-    for p in points_of(run):
+    points = points_of(run)
+    for p in points:
         first = p["first"]
         if str(first["better"]) != want:
             continue
@@ -213,8 +214,9 @@ def github_action_benchmark_list(run: Run, tool: str) -> list[dict[str, Any]]:
                              + ("" if run.meta.get("status") == "complete" else f" ({run.meta.get('status')})")})
     if not out:             # github-action-benchmark fails its step on an empty list ("No benchmark result")
         other = next(t for t in GAB_TOOLS if t != tool)
+        where = f" (its figures go with {other})" if points else " (it holds no figure of a case measured whole)"
         raise ResultsError(f"{run.meta.get('run_id')} has no {want}-is-better figure: nothing to export as "
-                           f"{tool} (its figures go with {other})")
+                           f"{tool}{where}")
     return out
 
 

@@ -21,14 +21,14 @@ FAMILY = {"latency": {"metrics": {"latency_ns": {"unit": "ns", "better": "lower"
                                      "pick": "best", "digits": 1}]}}
 
 
-def machine_run(root, conf, name, level, finish=True, job_id=None, reps=5):
+def machine_run(root, conf, name, level, finish=True, job_id=None, reps=5, status="ok"):
     meta = {"families": FAMILY, "machine_name": name, "configuration": {"name": conf, "source": "label"},
             "scheduler": {"SLURM_JOB_ID": job_id} if job_id else {}}
     w = RunWriter(root, name, meta, conf)
     case = Case("latency", "cpu:node0", "ddr0", "ddr", {"working_set_bytes": 1 << 28}, reps)
     rng = np.random.default_rng(sum(map(ord, conf + name)))
-    w.add(CaseResult(case, "ok", "", [Sample("latency_ns", level * (1 + 0.002 * rng.standard_normal()), i)
-                                      for i in range(reps)]))
+    w.add(CaseResult(case, status, "" if status == "ok" else "worker died: signal 9",
+                     [Sample("latency_ns", level * (1 + 0.002 * rng.standard_normal()), i) for i in range(reps)]))
     if finish:
         w.finish()
     return load_run(w.path)
@@ -66,6 +66,14 @@ def test_the_matrix_groups_machines_by_configuration_and_flags_the_one_off_its_m
     steady = gather([r for r in runs if r.meta["machine_name"] != "a3"])
     [row] = contrast(steady, "cxl-a", "cxl-b", threshold=0.05)
     assert row.verdict == "slower" and row.lo > 1.05
+
+
+def test_a_machine_whose_case_failed_part_way_gives_its_configuration_no_figure(tmp_path):
+    """Its first repetitions stood as the machine's figure, and could call it an outlier."""
+    runs = [machine_run(tmp_path, "a", f"n{i}", v) for i, v in enumerate([100, 101, 99])]
+    runs.append(machine_run(tmp_path, "a", "n3", 200, status="failed"))
+    fleet = gather(runs, threshold=0.10)
+    assert fleet.outliers == [] and sorted(fleet.cell("a", "ddr0", "idle latency").machines) == ["n0", "n1", "n2"]
 
 
 def test_one_machine_per_configuration_is_compared_over_its_repetitions(tmp_path):

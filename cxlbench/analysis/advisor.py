@@ -29,7 +29,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from cxlbench.results.store import Run, find_runs, load_run, machine_of
+from cxlbench.results.store import Run, find_runs, load_run, machine_of, measured_whole
 from cxlbench.training.configs import MODELS, model_config, train_config
 from cxlbench.training.footprint import hbm_need
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Rates, Workload, predict,
@@ -211,7 +211,8 @@ def _gpu_trained(run: Run) -> list[dict[str, Any]]:
 
 
 def _rows(run: Run, case_id: str) -> pd.DataFrame:
-    s = run.samples
+    """The case's samples; none of a case that failed part-way (no figure to price with)."""
+    s = measured_whole(run.samples, run.meta)
     return s[s["case_id"] == case_id] if not s.empty else s
 
 
@@ -333,7 +334,7 @@ def _nvme_figures(t: HostTier, rows: pd.DataFrame, source: Source, case: dict) -
 
 
 def _storage_figures(t: HostTier, run: Run) -> None:
-    s = run.samples
+    s = measured_whole(run.samples, run.meta)
     if s.empty or "rw" not in s.columns:
         return
     rows = s[(s["benchmark"] == "storage") & (s["target"] == t.name) & (s["metric"] == "bandwidth_GBps")]

@@ -19,7 +19,7 @@ from cxlbench.analysis.headlines import Figure, figures
 from cxlbench.analysis.reduction import points, rep_values, repetitions
 from cxlbench.analysis.stats import judge, median, median_ci, ratio_ci
 from cxlbench.results.schema import COMPLETE
-from cxlbench.results.store import Run, configuration_of, machine_of
+from cxlbench.results.store import Run, configuration_of, machine_of, measured_whole
 from cxlbench.units import tier_order
 
 OUTLIER_THRESHOLD = 0.10      # off the configuration's median by more than this
@@ -122,12 +122,13 @@ def newest_complete(runs: list[Run]) -> dict[tuple[str, str], Run]:
 
 
 def machine(configuration: str, name: str, run: Run) -> Machine:
-    reps = repetitions(run.samples)
+    samples = measured_whole(run.samples, run.meta)      # a case that failed part-way has no figure
+    reps = repetitions(samples)
     pts = points(reps)
     better = {(fam, m): d.get("better", "lower") for fam, f in (run.meta.get("families") or {}).items()
               for m, d in (f.get("metrics") or {}).items()}
     values = {(p, m): v for (_, p, m), v in rep_values(reps).items()}
-    return Machine(configuration, name, run, figures(run.samples, run.meta, pts), better, values)
+    return Machine(configuration, name, run, figures(samples, run.meta, pts), better, values)
 
 
 def gather(runs: list[Run], threshold: float = OUTLIER_THRESHOLD) -> FleetFigures:

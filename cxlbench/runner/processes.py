@@ -205,7 +205,7 @@ def record_precision(planned: list, results: dict[int, CaseResult],
             record["stop"] = ("reached" if achieved <= p.spec.precision else
                               f"the cap of {cap(p)} repetitions" if ran >= cap(p) else
                               "a process that failed (its warning says why)" if "process_failed" in r.info else
-                              "the time budget, part-way through the planned processes"
+                              f"a process skipped ({r.info['repetitions_measured'].split(': ', 1)[-1]})"
                               if "repetitions_measured" in r.info else extra.stopped)
         r.info["precision"] = record
         writer.record(r)
