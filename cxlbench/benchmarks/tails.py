@@ -179,11 +179,13 @@ def floor_metrics(tier: dict[str, float], floor: Distribution) -> dict[str, floa
 def samples(rep: int, where: dict, dist: Distribution, floor: Distribution | None) -> list[Sample]:
     """The percentile samples of one repetition (and the floor's, when measured); none
     for a repetition that kept no block (its thread lost its CPU in every window): a
-    tail of nothing is not a figure."""
+    tail of nothing is not a figure. The same holds for the floor's own chase alone
+    (seen in the QEMU test bed, whose emulated CPUs lose every window at times): its
+    figures are left out of that repetition, and the tier's stand."""
     if dist.n == 0:
         return []
     pct = dist.percentiles()
     out = [Sample(name, value, rep, where) for name, value in pct.items()]
-    if floor is not None:
+    if floor is not None and floor.n:
         out += [Sample(name, value, rep, where) for name, value in floor_metrics(pct, floor).items()]
     return out
