@@ -227,6 +227,27 @@ def test_calibrate_on_an_aa_pair():
     assert cal.to_dict()["false_positive_rate"] == 0.0
 
 
+def test_calibrate_counts_a_whole_run_that_drifted_and_the_gate_then_holds_an_aa_pair(tmp_path):
+    """A pair whose second run read every latency case 8% slower: calibrate measured the
+    spread around the ratios' median, wrote latency noise 0, and the gate with that file
+    failed the next such A/A pair on 26 cases."""
+    from cxlbench.analysis import gate
+    m, tiers = syn.machine(hypervisor="kvm")
+    kw = dict(working_sets=[2**k for k in range(14, 31, 2)], loaded=False)
+    drift = lambda case, metric: 1.08 if case.benchmark == "latency" else 1.0      # noqa: E731
+
+    def pair(seed):
+        return [syn.make_run(syn.suite_results(np.random.default_rng(seed + i), factor=f, **kw), m=m, tiers=tiers,
+                             label=f"r{seed + i}") for i, f in enumerate((None, drift))]
+    cal = calibrate(*pair(1))
+    latency = cal.benchmarks.set_index("benchmark").loc["latency"]
+    assert latency["run_noise"] > 0.03
+    f = tmp_path / "calibrated.toml"
+    f.write_text(cal.thresholds_toml())
+    assert load_thresholds(f).noise_for("latency") > 0.03
+    assert (gate(*pair(3), thresholds_file=f).rows["verdict"] == "slower").sum() == 0
+
+
 def test_calibrate_sees_run_to_run_noise_that_repetitions_hide(tmp_path):
     """Each run gets its own offset per case (σ = 15%, page placement): repetitions
     (1% noise) don't see it, the A/A pair does. Calibrate measures it, and with the

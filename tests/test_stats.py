@@ -202,6 +202,9 @@ def test_run_noise_estimate():
     assert stats.run_noise_estimate(d, se) == pytest.approx(0.10, rel=0.1)
     assert stats.run_noise_estimate(rng.normal(0, 0.02, 500), np.full(500, 0.02)) < 0.01
     assert math.isnan(stats.run_noise_estimate([0.1, 0.2], [0.01, 0.01]))
+    # a whole run 8% slower (every case) is run-to-run noise, not 0 (test_compare checks the gate with it)
+    drifted = np.log(1.08) + rng.normal(0, 0.005, 40)
+    assert stats.run_noise_estimate(drifted, np.full(40, 0.005)) > 0.03
     r0 = stats.ratio_ci([100, 101, 99, 100, 100], [110, 111, 109, 110, 110])
     r1 = stats.ratio_ci([100, 101, 99, 100, 100], [110, 111, 109, 110, 110], run_noise=0.05)
     assert r1.ratio == r0.ratio and r1.lo < r0.lo and r1.hi > r0.hi

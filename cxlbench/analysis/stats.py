@@ -459,14 +459,17 @@ def run_noise_estimate(log_ratios, se_logs) -> float:
     """The run-to-run noise σ behind a set of A/A log ratios: each ratio varies by
     its repetitions' standard error plus twice the run variance, so
     σ² = (variance of the ratios − typical se²) / 2, never below 0. The variance
-    is read off the 90th percentile of |d − median| (÷1.645, exact for normal
-    noise): contention on a shared machine has heavy tails, and a gate should
-    cover most cases, not the typical one."""
+    is read off the 90th percentile of |d| (÷1.645, exact for normal noise):
+    contention on a shared machine has heavy tails, and a gate should cover most
+    cases, not the typical one. Around 0, not the ratios' median: an A/A pair's
+    true ratio is 1, and a whole run that drifted (every case 8% slower) is noise
+    the gate must cover; around the median it cancelled, read 0, and the gate
+    then failed the next A/A pair on it."""
     d = clean(log_ratios)
     se = clean(se_logs)
     if d.size < 3:
         return math.nan
-    dev = np.abs(d - np.median(d))
+    dev = np.abs(d)
     spread = float(np.quantile(dev, 0.9)) / 1.6449 if d.size >= 10 else 1.4826 * float(np.median(dev))
     within = float(np.median(se ** 2)) if se.size else 0.0
     return math.sqrt(max(0.0, (spread ** 2 - within) / 2))
