@@ -335,3 +335,29 @@ def test_a_repetition_counts_once_in_a_points_contiguity_however_many_metrics_it
     reps = pd.DataFrame({"repetition": [0, 0, 0, 1, 2], "phys_contiguity": [0.2, 0.2, 0.2, 0.9, 0.9]})
     assert _per_point(0, ["p"] * 5, reps, "phys_contiguity", "median") == {(0, "p"): 0.9}
     assert _per_point(0, ["p"] * 5, reps.assign(phys_contiguity=None), "phys_contiguity", "median") == {}
+
+
+@pytest.mark.parametrize("what, says", [
+    ("machine", "not of the same machine"), ("nothing shared", "no case in common"),
+    ("copy", "a copy of one run"), ("suite", "two suites")])
+def test_calibrate_refuses_what_is_not_an_aa_pair(tmp_path, what, says):
+    """Each of these exited 0 and wrote a thresholds file: another machine with a warning
+    line, no case in common with empty sections, a copy of one run with noise 0, and two
+    suites without a word."""
+    import shutil
+    from cxlbench.results.store import ResultsError, load_run
+    rng = np.random.default_rng(4)
+    a = syn.write_run(tmp_path / "a", syn.suite_results(rng, **SMALL), label="a")
+    if what == "machine":
+        m, tiers = syn.machine(cpu_model="AMD EPYC 9654 96-Core Processor")
+        b = syn.write_run(tmp_path / "b", syn.suite_results(rng, **SMALL), m=m, tiers=tiers, label="b")
+    elif what == "nothing shared":
+        a = syn.write_run(tmp_path / "a2", [r for r in syn.suite_results(rng, **SMALL) if r.case.benchmark == "latency"])
+        b = syn.write_run(tmp_path / "b", [r for r in syn.suite_results(rng, **SMALL) if r.case.benchmark == "bandwidth"])
+    elif what == "copy":
+        b = tmp_path / "copy" / a.name
+        shutil.copytree(a, b)
+    else:
+        b = syn.write_run(tmp_path / "b", syn.suite_results(rng, **SMALL), suite="ci", label="b")
+    with pytest.raises(ResultsError, match=says):
+        calibrate(load_run(a), load_run(b))

@@ -24,6 +24,7 @@ from scipy.stats import chi2
 
 from cxlbench.analysis.compare import (Comparison, RunLike, as_run, text_table, compare, fmt_change, fmt_ci_change,
                                        fmt_pct)
+from cxlbench.analysis.history import suite_name
 from cxlbench.analysis.stats import (CONFIDENCE, FASTER, SAME, SLOWER, false_alarm_probability,
                                      minimum_detectable_effect, run_noise_estimate)
 from cxlbench.analysis.thresholds import Thresholds, to_toml
@@ -159,6 +160,17 @@ def _round_up(x: float) -> float:
     return float(np.ceil(x / scale - 1e-9) * scale)
 
 
+def _an_aa_pair(runs: list) -> None:
+    """Two distinct runs of one suite: a run copied to a second folder read noise 0,
+    and runs of two suites calibrated on what they happened to share."""
+    a, b = runs
+    if a.run_id == b.run_id:
+        raise ResultsError(f"both runs are {a.run_id} (a copy of one run): an A/A pair is two runs")
+    suites = [suite_name(r.meta) for r in runs]
+    if suites[0] != suites[1]:
+        raise ResultsError(f"the runs are of two suites ({suites[0]}, {suites[1]}): an A/A pair is two runs of one suite")
+
+
 def calibrate(run_a: RunLike, run_b: RunLike, threshold: float | str | None = None,
               thresholds_file: str | Path | None = None, confidence: float = CONFIDENCE) -> Calibration:
     """Noise floor per case and the gate's false-positive rate from an A/A pair."""
@@ -168,11 +180,15 @@ def calibrate(run_a: RunLike, run_b: RunLike, threshold: float | str | None = No
         if not (np.isfinite(values) & (values > 0)).any():
             raise ResultsError(f"{run.run_id} holds no positive figure (every sample is 0, negative or not a "
                                "number): nothing to calibrate from; re-run it")
+    _an_aa_pair(runs)
     cmp = compare(runs, threshold=threshold, thresholds_file=thresholds_file, confidence=confidence)
     warnings = []
-    if cmp.identity_differences:
-        warnings.append("the two runs are not of the same machine ("
-                        + "; ".join(map(str, cmp.identity_differences)) + "): this is not an A/A pair")
+    if cmp.identity_differences:          # the noise of one machine: another's is not it
+        raise ResultsError("the two runs are not of the same machine (" + "; ".join(map(str, cmp.identity_differences))
+                           + "): an A/A pair is two runs of one suite on one machine")
+    if cmp.rows.empty:
+        raise ResultsError("the two runs have no case in common: nothing to calibrate (an A/A pair is two runs "
+                           "of one suite)")
     if cmp.context_differences:
         warnings.append("settings differ between the runs: " + "; ".join(map(str, cmp.context_differences)))
     if not cmp.unmatched.empty:
