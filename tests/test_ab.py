@@ -167,6 +167,18 @@ def test_paired_ratio_is_the_geometric_mean_with_a_t_interval():
     assert math.isnan(paired_ratio([1.0], [2.0]).lo)                 # one round: no interval
 
 
+def test_a_rate_that_fell_to_zero_in_its_rounds_is_slower_not_a_missing_round():
+    """Zeros were dropped as missing rounds: some gave "same 1.002", all gave "needs at
+    least 2 rounds", where compare calls the same runs slower and not all positive."""
+    from cxlbench.analysis.stats import judge
+    gone = paired_ratio([10, 10, 10, 10, 10], [0, 0, 0, 0, 0])
+    assert judge(gone, "higher", 0.05).verdict == "slower"
+    some = judge(paired_ratio([10, 10.1, 9.9, 10, 10], [10, 0, 10.1, 0, 9.9]), "higher", 0.05)
+    assert some.verdict == "inconclusive" and some.note == "values not all positive"
+    assert judge(paired_ratio([1.0, float("nan"), 1.0], [1.1, 1.1, float("nan")]), "lower", 0.05).note == \
+        "needs at least 2 rounds with both sides"                 # a missing round is still missing
+
+
 def test_rounds_needed_grow_as_the_ratio_nears_the_threshold():
     far = paired_ratio([100] * 4, [99, 102, 100, 101])               # ~0.5% against a 10% threshold
     near = paired_ratio([100] * 4, [102, 110, 98, 113])              # ~6%, as noisy
@@ -249,3 +261,10 @@ def test_a_setting_the_session_would_override_is_refused_not_dropped(tmp_path, c
     from cxlbench.runner.suite import SuiteError
     with pytest.raises(SuiteError, match=words):
         load_session(ab_file(tmp_path, configs, extra=extra))
+
+
+def test_the_summary_gives_the_threshold_as_asked():
+    """--threshold 0.5% was printed "threshold 0%" beside verdicts judged at 0.5%."""
+    from cxlbench.analysis.paired import SessionVerdicts, format_verdicts
+    for asked, shown in ((0.005, "threshold 0.5%"), (0.025, "threshold 2.5%"), (0.1, "threshold 10%")):
+        assert shown in format_verdicts(SessionVerdicts(["a", "b"], asked))

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis.reduction import repetitions
-from cxlbench.analysis.stats import (CONFIDENCE, HELD_MIN, INCONCLUSIVE, VERDICTS, Change, Ratio, judge,
+from cxlbench.analysis.stats import (CONFIDENCE, GONE, HELD_MIN, INCONCLUSIVE, VERDICTS, Change, Ratio, judge,
                                      note_contiguity, smallest_n, t_quantile)
 from cxlbench.analysis.thresholds import parse_fraction
 from cxlbench.results.store import ResultsError, load_run
@@ -60,12 +60,20 @@ class SessionVerdicts:
 
 def paired_ratio(base_rounds, cur_rounds, confidence: float = CONFIDENCE) -> Ratio:
     """current/baseline from per-round values (NaN where a round has none): the
-    geometric mean of the rounds' ratios and its t interval."""
+    geometric mean of the rounds' ratios and its t interval. A round that measured 0
+    or less on a side is no missing round: as ratio_ci, a rate gone to 0 where the
+    baseline's was positive is GONE (slower, for higher is better), and other values
+    not all positive have no interval (it had been the same 1.002 from the rest)."""
     b, c = np.asarray(base_rounds, float), np.asarray(cur_rounds, float)
-    ok = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
-    d = np.log(c[ok] / b[ok])
-    n = int(d.size)
+    both = np.isfinite(b) & np.isfinite(c)
+    b, c = b[both], c[both]
     nan = math.nan
+    if b.size and ((b <= 0).any() or (c <= 0).any()):
+        mb, mc = float(np.median(b)), float(np.median(c))
+        note = GONE if mb > 0 and mc <= 0 else "values not all positive"
+        return Ratio(mc / mb if mb else nan, nan, nan, nan, nan, int(b.size), int(c.size), confidence, note=note)
+    d = np.log(c / b)
+    n = int(d.size)
     if n < 2:
         r = math.exp(d[0]) if n else nan
         return Ratio(r, nan, nan, nan, nan, n, n, confidence, note="needs at least 2 rounds with both sides")
@@ -272,6 +280,6 @@ def format_verdicts(v: SessionVerdicts) -> str:
         lines.append(f"{c.verdict:<12} {c.ratio:7.3f} {ci:>17} {mde:>6}  {x.config}: {x.point} "
                      f"{x.metric}{tail}")
     counts = v.counts()
-    lines.append(f"{len(v.verdicts)} points, {' vs '.join(v.configs)}, threshold {v.threshold:.0%}: "
+    lines.append(f"{len(v.verdicts)} points, {' vs '.join(v.configs)}, threshold {v.threshold * 100:g}%: "
                  + ", ".join(f"{counts[k]} {k}" for k in VERDICTS))
     return "\n".join(lines)
