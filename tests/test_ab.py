@@ -268,3 +268,25 @@ def test_the_summary_gives_the_threshold_as_asked():
     from cxlbench.analysis.paired import SessionVerdicts, format_verdicts
     for asked, shown in ((0.005, "threshold 0.5%"), (0.025, "threshold 2.5%"), (0.1, "threshold 10%")):
         assert shown in format_verdicts(SessionVerdicts(["a", "b"], asked))
+
+
+def test_ctrl_c_during_a_session_exits_130_and_says_which_rounds_the_verdicts_are_of(tmp_path):
+    """It exited 0 with the verdict table as if the session had finished; only stderr
+    and ab.json's "interrupted" said otherwise, and --judge never did."""
+    import signal
+    import time
+    from tests.test_runner import _cli
+    file = ab_file(tmp_path, TWO, rounds=40, modes=["ok", "stamp"], extra="")
+    proc = _cli("ab", file, "--out", str(tmp_path / "r"), cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        records = list((tmp_path / "r").glob("*/ab-*/ab.json"))
+        if records and len(json.loads(records[0].read_text())["order"]) >= 8:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: these verdicts are of the" in out and "of 40 planned rounds that finished" in out
+    from cxlbench.cli.main import main
+    assert main(["ab", "--judge", str(records[0].parent)]) == 0

@@ -179,7 +179,7 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
     import json
 
     from cxlbench.analysis import ThresholdError
-    from cxlbench.analysis.paired import format_verdicts, imprecise_pairs, judge_session
+    from cxlbench.analysis.paired import format_verdicts, imprecise_pairs, judge_session, load_session as record_of
     from cxlbench.runner.ab import load_session, run_session
     if file is None and judge is None:
         raise UserError("ab needs an A/B file to measure, or --judge SESSION to judge one measured before")
@@ -199,11 +199,27 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
     if not verdicts.verdicts:
         raise UserError(f"nothing to judge in {judge}: {verdicts.why_none}")
     print(format_verdicts(verdicts))
+    record = record_of(judge)
+    if record.get("interrupted"):
+        print(interrupted_line(record))
     where = Path(judge)
     write_out((where if where.is_dir() else where.parent) / "verdicts.json",
               json.dumps([v.to_dict() for v in verdicts.verdicts], indent=1))
     print(f"session: {where}")
-    return 0
+    return 130 if file is not None and record.get("interrupted") else 0     # as run's Ctrl-C
+
+
+def interrupted_line(record: dict) -> str:
+    """A session stopped part-way says so beside its verdicts, which are of the rounds
+    that finished (the data is kept; the verdicts are true of less than was planned)."""
+    turns = len(record.get("configs") or []) * len(record.get("pairs") or [])
+    per_round: dict[int, int] = {}
+    for t in record.get("order") or []:
+        if isinstance(t, dict) and isinstance(t.get("round"), int):
+            per_round[t["round"]] = per_round.get(t["round"], 0) + 1
+    whole = sum(1 for n in per_round.values() if turns and n >= turns)
+    return (f"interrupted: these verdicts are of the {whole} of {record.get('rounds', '?')} planned rounds that "
+            "finished (the session's runs keep every turn measured)")
 
 
 def write_out(path: str | Path, text: str) -> None:
