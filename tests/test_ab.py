@@ -290,3 +290,22 @@ def test_ctrl_c_during_a_session_exits_130_and_says_which_rounds_the_verdicts_ar
     assert "interrupted: these verdicts are of the" in out and "of 40 planned rounds that finished" in out
     from cxlbench.cli.main import main
     assert main(["ab", "--judge", str(records[0].parent)]) == 0
+
+
+@pytest.mark.parametrize("spoil, says", [
+    (lambda r: r["pairs"][0].pop("cases"), "pair 1's cases"),
+    (lambda r: r["pairs"][0].pop("index"), "pair 1 has no index"),
+    (lambda r: r["pairs"][0].update(cases=r["pairs"][0]["cases"][:1]), "one case id for each of the 2"),
+    (lambda r: r["pairs"][0].update(cases="x"), "pair 1's cases"),
+    (lambda r: r.update(repetitions="2"), "its repetitions is '2'")])
+def test_a_damaged_session_record_is_one_line_and_exit_2(tmp_path, capsys, spoil, says):
+    """Each was a traceback (KeyError, IndexError, TypeError), or a pair skipped unsaid."""
+    from cxlbench.cli.main import main
+    where = run_session(load_session(ab_file(tmp_path, TWO, rounds=2)), out=str(tmp_path / "r"))
+    record = json.loads((where / "ab.json").read_text())
+    spoil(record)
+    (where / "ab.json").write_text(json.dumps(record))
+    capsys.readouterr()                                  # the session's own progress lines
+    assert main(["ab", "--judge", str(where)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err and "is damaged" in err, err

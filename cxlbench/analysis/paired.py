@@ -109,7 +109,26 @@ def load_session(path: str | Path) -> dict[str, Any]:
     if not _is_session(record):
         raise ResultsError(f"{p}: not an A/B session record (it needs configs, each a name and "
                            f"a run, and pairs)")
+    bad = _misshapen_pair(record)
+    if bad:
+        raise ResultsError(f"{p} is damaged: {bad}")
     return record
+
+
+def _misshapen_pair(record: dict[str, Any]) -> str:
+    """What of the record's pairs and repetitions a judge would trip on: each pair an
+    index and one case id per configuration; repetitions a whole number."""
+    reps = record.get("repetitions", 1)
+    if type(reps) is not int or reps < 1:
+        return f"its repetitions is {reps!r}, not a whole number of 1 or more"
+    n = len(record["configs"])
+    for k, pair in enumerate(record["pairs"]):
+        cases = pair.get("cases")
+        if type(pair.get("index")) is not int:
+            return f"pair {k + 1} has no index"
+        if not (isinstance(cases, list) and len(cases) == n and all(isinstance(c, str) for c in cases)):
+            return f"pair {k + 1}'s cases are not one case id for each of the {n} configurations"
+    return ""
 
 
 def _is_session(record: Any) -> bool:
