@@ -231,6 +231,25 @@ def test_a_profile_file_of_ones_own_is_read_like_an_entry(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h200", "--host", str(mine))
     assert code == 0 and "4 × h200" in out and "optimizer state on ddr" in out and "cxl" not in out.split("\n")[4]
     assert "measured   CPU AdamW, optimizer state on DDR: 4 G params/s" in out
+    # figures the file names no source for are assumed, not a datasheet's
+    assert "assumed    DDR bandwidth per node: 300 GB/s" in out and "assumed    CPU cores per node: 64 cores" in out
+    assert "datasheet  DDR bandwidth" not in out
+
+
+def test_a_placement_no_gpu_can_hold_names_no_rate_and_the_headline_says_none_fits(capsys):
+    """At batch 8 every 70b placement needs 361 GiB of an 80 GiB H100: the needs lines
+    still said "reached with the 1 batch a step given" and the headline implied ZeRO-3 fit."""
+    code, out, _ = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl",
+                           "--batch", "8")
+    assert code == 0 and "no placement fits 80 GiB a GPU (offloaded, one needs 361 GiB)" in out.splitlines()[0]
+    needs = re.findall(r"^  (ddr|cxl|nvme): (.*)$", out, re.M)
+    assert [t for t, _ in needs] == ["ddr", "cxl", "nvme"]
+    assert all(text.startswith("does not fit 80 GiB a GPU (needs 361 GiB") and "reached" not in text
+               for _, text in needs)
+    assert "tokens/s, 8 GPUs" in out
+    code, out, _ = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl")
+    assert "no placement fits" not in out.splitlines()[0]
+    assert not any(text.startswith("does not fit") for _, text in re.findall(r"^  (ddr|cxl|nvme): (.*)$", out, re.M))
 
 
 def test_a_profile_file_in_hosts_tomls_own_form_is_read_as_its_one_entry(tmp_path, capsys):

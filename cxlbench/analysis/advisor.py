@@ -722,8 +722,9 @@ def _notes(inputs: Inputs, placements: list[Placement], cfg, tokens: int, within
              "activations: the step model has no term for activation checkpoints on the host; they stay on the "
              f"GPU, estimated at {ACTIVATION_BYTES} B × tokens × dim × layers "
              f"({ACTIVATION_BYTES * tokens * cfg.dim * cfg.n_layers / GIB:.1f} GiB here) in its memory",
-             "fits: bf16 params and grads on the GPU, plus fp32 master params and Adam moments for the state in "
-             "HBM, plus activations; no room is counted for the CUDA context, allocator fragmentation or "
+             "fits: bf16 params and the gradients' reduce bucket on the GPU (offloaded, DeepSpeed keeps the "
+             "gradient partitions on the host), plus bf16 grads, fp32 master params and Adam moments for the state "
+             "in HBM, plus activations; no room is counted for the CUDA context, allocator fragmentation or "
              "temporary buffers"]
     measured_on = sorted({f"{t.machine}" for t in inputs.tiers.values() if t.machine})
     if inputs.gpu is not None and inputs.gpu.datasheet and measured_on:

@@ -98,6 +98,16 @@ def _tier_adamw(kind: str, bandwidth: Figure, cores: Figure, given: dict) -> Fig
                                   f"({format_count(by_cores)} params/s, {PER_CORE_SOURCE.text}); {bound} bound it"))
 
 
+#: what a profile's figure with no source says where it came from
+UNSOURCED = "the profile, which names no source: assumed"
+
+
+def _unsourced(table: dict, key: str) -> str:
+    """A figure's default provenance: datasheet where the profile names its source,
+    assumed where it names none (a hand-written profile's figure is no datasheet's)."""
+    return DATASHEET if table.get(key) else ASSUMED
+
+
 def _provenance(table: dict, key: str, default: str) -> str:
     value = table.get(key, default)
     if value not in PROVENANCES:
@@ -143,12 +153,13 @@ def _known_keys(entry: dict) -> None:
 
 def _profile(name: str, entry: dict) -> HostProfile:
     def source(t: dict) -> Source:
-        return Source(_provenance(t, "provenance", DATASHEET), t.get("source", "the profile"), t.get("url", ""))
+        return Source(_provenance(t, "provenance", _unsourced(t, "source")), t.get("source", UNSOURCED),
+                      t.get("url", ""))
 
     try:
         _known_keys(entry)
         cores = Figure("CPU cores per node", _positive(entry, "cores", most=8192), "cores",
-                       Source(DATASHEET, entry.get("cores_source", "the profile")))
+                       Source(_unsourced(entry, "cores_source"), entry.get("cores_source", UNSOURCED)))
         tiers: dict[str, HostTier] = {}
         figures = [cores]
         for kind in ("ddr", "cxl"):
@@ -175,7 +186,7 @@ def _profile(name: str, entry: dict) -> HostProfile:
         network = None
         if "network_GBps" in entry:
             network = Figure("network per node (its NICs)", _positive(entry, "network_GBps"), "GB/s",
-                             Source(DATASHEET, entry.get("network_source", "the profile"),
+                             Source(_unsourced(entry, "network_source"), entry.get("network_source", UNSOURCED),
                                     entry.get("network_url", "")), "per direction")
             figures.append(network)
     except KeyError as e:
@@ -286,7 +297,10 @@ class WhatIf:
                 + (", activations checkpointed" if self.recompute else "")
                 + f"; the optimizer state sharded over {c.gpus} GPUs"
                 + (f", ZeRO-3: the parameters too ({self.zero_why})" if self.zero == 3 else
-                   f", ZeRO-2: the bf16 parameters whole on every GPU ({self.zero_why})"))
+                   f", ZeRO-2: the bf16 parameters whole on every GPU ({self.zero_why})")
+                + ("" if self.rows[1].device_bytes <= self.capacity_bytes else
+                   f"; no placement fits {self.capacity_bytes / GIB:.0f} GiB a GPU (offloaded, one needs "
+                   f"{self.rows[1].device_bytes / GIB:,.0f} GiB): every figure is priced as if it did"))
 
     @property
     def combine(self) -> str:
@@ -331,6 +345,17 @@ def held_text(w: "WhatIf") -> str:
     return (f"HBM a GPU holds (ZeRO-{w.zero}, GiB): with the state offloaded, {listed(w.held_offloaded)} = "
             f"{w.rows[1].device_bytes / GIB:,.0f} GiB; all-HBM adds {listed(extra)} = "
             f"{w.hbm.device_bytes / GIB:,.0f} GiB")
+
+
+def _unfit(need: int, activations: float, capacity: int, recompute: bool) -> Need:
+    """A placement a GPU cannot hold has no rate of the host that makes it run: what
+    must be true first is that it fits (the figures above price it as if it did)."""
+    ways = ["a smaller batch or sequence"] + ([] if recompute else ["--recompute (activations checkpointed)"]) + \
+        (["more GPUs (a smaller share of the parameters each)"] if need - activations > capacity / 4 else [])
+    return Need("both", "fit", None,
+                f"does not fit {capacity / GIB:.0f} GiB a GPU (needs {need / GIB:,.0f} GiB, activations "
+                f"{activations / GIB:,.0f} of it): no host rate makes it run, so none is named; fit it first: "
+                f"{', or '.join(ways)}")
 
 
 def _stage(zero: int | None, gpus: int, zero2_need: int, capacity: int) -> tuple[int, str]:
@@ -658,7 +683,8 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
                           need[True])
             row.share, row.dpu_share = row.tokens_per_s / hbm_tokens, row.dpu_tokens_per_s / hbm_tokens
             row.needs = _needs(w, gpu, tier, cluster, hbm_tokens, target) + \
-                _accumulation_needs(w, w_hbm, gpu, tier, cluster, target)
+                _accumulation_needs(w, w_hbm, gpu, tier, cluster, target) if need[True] <= capacity else \
+                [_unfit(need[True], held[True].get("activations", 0), capacity, recompute)]
             row.curve = _accumulation_curve(w, w_hbm, gpu, tier, cluster, row.needs)
             rows.append(row)
     if len(rows) == 1:

@@ -118,7 +118,8 @@ def whatif_text(w) -> str:
              format_number(r.tokens_per_s), _pct(r.share), format_number(r.dpu_tokens_per_s), _pct(r.dpu_share),
              *(format_number(r.plain.terms.get(t)) for t in TERMS)]
             for r in w.rows]
-    heads = ["placement", "HBM need/GPU", "fits", "tokens/s", "of all-HBM", "tokens/s DPU", "with DPU",
+    heads = ["placement", "HBM need/GPU", "fits", f"tokens/s, {w.cluster.gpus} GPUs", "of all-HBM", "tokens/s DPU",
+             "with DPU",
              *(f"{term_label(t)} s" for t in TERMS)]
     lines += text_table(heads, rows, {1, *range(3, len(heads))})
     lines.append(held_text(w))
