@@ -150,3 +150,12 @@ def test_the_far_tail_is_not_what_a_cases_precision_speaks_of():
     assert case_precision(r) > 1.0                                   # judged, the max decides
     assert case_precision(r, skip=FAR_TAIL) == pytest.approx(0.04, rel=0.1)   # the mean and p50 do
     assert "p50_ns" not in FAR_TAIL and {"p99_ns", "max_ns", "floor_p99_9_ns"} <= FAR_TAIL
+
+
+def test_a_worst_precision_past_half_says_why_it_can_be_so_loose():
+    """make bench printed "worst ±298%" (a 12 MiB chase at the L3's edge) with no word."""
+    def meta(worst):
+        return {"cases": [{"case_id": "a", "info": {"precision": {"achieved": 0.02}}},
+                          {"case_id": "b", "info": {"precision": {"achieved": worst}}}]}
+    assert "repetitions that disagree" in precision_lines(meta(2.98))[0]
+    assert "disagree" not in precision_lines(meta(0.2))[0]

@@ -44,6 +44,10 @@ def tier_summary(samples: pd.DataFrame, meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: a worst precision past this (±50%) says why it can be so loose
+LOOSE = 0.5
+
+
 def precision_lines(meta: dict[str, Any]) -> list[str]:
     """How precise the run's medians came out (each case's worst point: the half-width
     of the median's 95% interval relative to it), and, where a target was asked,
@@ -57,6 +61,9 @@ def precision_lines(meta: dict[str, Any]) -> list[str]:
     values = sorted(p["achieved"] for _, p in known)
     line = (f"precision of the medians (95% interval): median ±{values[len(values) // 2]:.1%}, "
             f"worst ±{worst['achieved']:.1%} ({worst_id})")
+    if worst["achieved"] > LOOSE:        # alarming without a word: the repetitions disagree, not the tool
+        line += ("; a median that loose is repetitions that disagree (a working set at a cache's edge, which "
+                 "some repetitions hold and others spill, or a busy machine): the report shows each")
     targets = [p for _, p in found if "target" in p]
     if not targets:
         return [line]
