@@ -610,6 +610,7 @@ def test_a_missing_point_in_a_short_history_is_said_not_a_traceback(tmp_path, ca
     rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[5]), "--json", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and "skipped: no hugetlb pages reserved" in err and "Traceback" not in err
+    assert err.splitlines()[0].endswith("against 5 runs of history — 1 missing")      # no count of unjudged ones
     assert {p["verdict"] for p in json.loads(out.read_text())["points"]} == {"—", "missing"}
 
 

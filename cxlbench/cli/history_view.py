@@ -50,7 +50,7 @@ def left_out_line(left: list[str]) -> str:
 def verdict_text(v: HistoryVerdict) -> str:
     if v.errors:
         return "cxlbench gate: inputs unusable — " + "; ".join(v.errors)
-    counts = v.rows["verdict"].value_counts().to_dict() if "verdict" in v.rows else {}
+    counts = v.rows["verdict"].value_counts().drop("—", errors="ignore").to_dict() if "verdict" in v.rows else {}
     head = {FAIL: "REGRESSION", SUSPECT: "SUSPECT", SHORT: "inconclusive",
             ERROR: "POINTS MISSING"}.get(v.status, "pass")
     lines = [f"cxlbench gate: {head} — {v.current} against {len(v.reference)} runs of history"
