@@ -134,7 +134,8 @@ grep -Eq "^$NODE +ddr-b +measured" "$BED/status.txt" || die "ddr-b did not measu
 grep -Eq "^$NODE +killed +failed .*case\(s\) it finished are kept" "$BED/status.txt" || die "the killed job is not shown failed"
 
 # --- training across ranks into the same store: world size 1, then 2 (two launchers)
-TR=("$(dirname "$PY")/torchrun" --nproc-per-node 1 --rdzv-backend c10d --max-restarts 0)
+mkdir -p "$BED/tmp"        # torchrun's torchelastic_* scratch, kept with the bed's logs, not left in /tmp
+TR=(env TMPDIR="$BED/tmp" "$(dirname "$PY")/torchrun" --nproc-per-node 1 --rdzv-backend c10d --max-restarts 0)
 "${TR[@]}" --nnodes 1 --rdzv-endpoint 127.0.0.1:29611 --rdzv-id w1 -m cxlbench.training.distributed \
   --out "$STORE" --config train-cpu --steps 4 2>"$BED/train1.log" || die "torchrun world 1: $(tail -n 3 "$BED/train1.log")"
 for r in 0 1; do
