@@ -487,3 +487,17 @@ def test_a_bandwidth_that_fell_to_zero_is_slower_however_noisy_the_baseline():
     assert discount_instability(lost, base, zero).verdict == SLOWER
     assert discount_interference(lost, 0.5, 0.5).verdict == SLOWER
     assert judge(ratio_ci(base, zero), "lower", 0.05).verdict == INCONCLUSIVE
+
+
+def test_cases_that_differ_only_by_a_path_are_listed_not_a_traceback():
+    """Two storage-like cases on one tier that differ only by their path share a key;
+    compare lists the second as unmatched, without a key, and the gate's lookup by key
+    raised AttributeError on it."""
+    rng = np.random.default_rng(5)
+
+    def run(label):
+        return syn.make_run([syn.case_result("latency", "ddr0", {"working_set_bytes": 2**20, "path": where},
+                                             {"latency_ns": syn.noisy(rng, 100.0, 0.01, 5, 1, 0.0)})
+                             for where in ("/mnt/a", "/mnt/b")], label=label)
+    result = gate(run("base"), run("cur"))
+    assert result.exit_code == 0 and len(result.rows) == 1

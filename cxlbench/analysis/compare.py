@@ -173,9 +173,8 @@ def cases_by_key(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
     how one run's case is found in another run, whose tiers may be named otherwise."""
     slot = slots(meta)
     return {_case_key(str(c.get("benchmark")), slot.get(c.get("initiator"), str(c.get("initiator"))),
-                      slot.get(c.get("target"), str(c.get("target"))),
-                      c.get("params") if c.get("params") is not None else parse_case_params(c["case_id"])): c
-            for c in meta.get("cases", []) or [] if c.get("case_id")}
+                      slot.get(c.get("target"), str(c.get("target"))), dict(c.get("params") or {})): c
+            for c in meta.get("cases", []) or [] if c.get("case_id")}      # params as annotate_points reads them
 
 
 def _split_values(run: int, ids: list[str], metrics, vals) -> dict[tuple, Any]:
@@ -328,7 +327,7 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
     for i, d in dup:
         for _, r in d.iterrows():
             unmatched.append({"run": i, "point": r["point"], "benchmark": r["benchmark"],
-                              "metric": r["metric"], "target": r["target"],
+                              "metric": r["metric"], "target": r["target"], "key": r["key"],
                               "why": "another case of this run has the same benchmark, parameters and tier slot"})
     base = by_run[0]
     base_names = infos[0].name

@@ -386,7 +386,7 @@ def _unmatched(cmp: Comparison, base: Run, cur: Run) -> tuple[pd.DataFrame, pd.D
     if um.empty:
         return um, um, _failed_in_both(base, cur)
     cur_cases, base_cases = cases_by_key(cur.meta), cases_by_key(base.meta)
-    case_key = um["key"].str.split("|", n=1).str[0]
+    case_key = um["key"].fillna("").astype(str).str.split("|", n=1).str[0]
     lost = um["why"].str.startswith(f"in {cmp.runs[0].name},")
     missing = um[lost].copy()
     missing["why"] = [_why(cur_cases.get(k), "the current run") for k in case_key[lost]]
