@@ -247,6 +247,13 @@ def test_a_placement_no_gpu_can_hold_names_no_rate_and_the_headline_says_none_fi
     assert all(text.startswith("does not fit 80 GiB a GPU (needs 361 GiB") and "reached" not in text
                for _, text in needs)
     assert "tokens/s, 8 GPUs" in out
+    assert needs[0][1].endswith("fit it first: a smaller batch or sequence, or --recompute (activations checkpointed)")
+    # each way offered shrinks what overflows: whole parameters need ZeRO-3, one GPU needs more
+    for args, way in ((["--zero", "2"], "fit it first: --zero 3 (the parameters sharded over the GPUs)"),
+                      (["--gpus", "1"], "fit it first: more GPUs, with --zero 3")):
+        code, out, _ = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl",
+                               *args)
+        assert code == 0 and re.search(r"^  ddr: does not fit .*" + re.escape(way) + "$", out, re.M), out
     code, out, _ = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl")
     assert "no placement fits" not in out.splitlines()[0]
     assert not any(text.startswith("does not fit") for _, text in re.findall(r"^  (ddr|cxl|nvme): (.*)$", out, re.M))

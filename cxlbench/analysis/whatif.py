@@ -347,15 +347,27 @@ def held_text(w: "WhatIf") -> str:
             f"{w.hbm.device_bytes / GIB:,.0f} GiB")
 
 
-def _unfit(need: int, activations: float, capacity: int, recompute: bool) -> Need:
+def _unfit(parts: dict[str, float], capacity: int, recompute: bool, zero: int, gpus: int) -> Need:
     """A placement a GPU cannot hold has no rate of the host that makes it run: what
-    must be true first is that it fits (the figures above price it as if it did)."""
-    ways = ["a smaller batch or sequence"] + ([] if recompute else ["--recompute (activations checkpointed)"]) + \
-        (["more GPUs (a smaller share of the parameters each)"] if need - activations > capacity / 4 else [])
+    must be true first is that it fits (the figures above price it as if it did), and
+    the ways offered are those that shrink what overflows: the activations (a smaller
+    batch or sequence, recomputation) only if the rest fits; the parameters by ZeRO-3
+    where ZeRO-2 keeps them whole, or by more GPUs where ZeRO-3 shards them."""
+    need, activations = sum(parts.values()), parts.get("activations", 0.0)
+    params = sum(v for k, v in parts.items() if k.startswith("bf16 parameters"))
+    ways = []
+    if need - activations < capacity:
+        ways += ["a smaller batch or sequence"] + ([] if recompute else ["--recompute (activations checkpointed)"])
+    if zero == 2 and gpus > 1:
+        ways.append("--zero 3 (the parameters sharded over the GPUs)")
+    if zero == 3 and params > capacity / 4:
+        ways.append("more GPUs (a smaller share of the parameters each)")
+    if gpus == 1 and need - activations >= capacity:
+        ways.append("more GPUs, with --zero 3")
+    first = f"fit it first: {', or '.join(ways)}" if ways else "nothing advise can vary fits it"
     return Need("both", "fit", None,
                 f"does not fit {capacity / GIB:.0f} GiB a GPU (needs {need / GIB:,.0f} GiB, activations "
-                f"{activations / GIB:,.0f} of it): no host rate makes it run, so none is named; fit it first: "
-                f"{', or '.join(ways)}")
+                f"{activations / GIB:,.0f} of it): no host rate makes it run, so none is named; {first}")
 
 
 def _stage(zero: int | None, gpus: int, zero2_need: int, capacity: int) -> tuple[int, str]:
@@ -684,7 +696,7 @@ def whatif(gpu: GpuInputs, host: HostProfile, model: str, cluster: Cluster, batc
             row.share, row.dpu_share = row.tokens_per_s / hbm_tokens, row.dpu_tokens_per_s / hbm_tokens
             row.needs = _needs(w, gpu, tier, cluster, hbm_tokens, target) + \
                 _accumulation_needs(w, w_hbm, gpu, tier, cluster, target) if need[True] <= capacity else \
-                [_unfit(need[True], held[True].get("activations", 0), capacity, recompute)]
+                [_unfit(held[True], capacity, recompute, zero, cluster.gpus)]
             row.curve = _accumulation_curve(w, w_hbm, gpu, tier, cluster, row.needs)
             rows.append(row)
     if len(rows) == 1:
