@@ -294,7 +294,9 @@ def test_ctrl_c_during_a_session_exits_130_and_says_which_rounds_the_verdicts_ar
 
 @pytest.mark.parametrize("spoil, says", [
     (lambda r: r["pairs"][0].pop("cases"), "pair 1's cases"),
-    (lambda r: r["pairs"][0].pop("index"), "pair 1 has no index"),
+    (lambda r: r["pairs"][0].pop("index"), "pair 1's index is None"),
+    (lambda r: r["pairs"][0].update(index=True), "pair 1's index is True"),
+    (lambda r: r["pairs"][0].pop("benchmark"), "pair 1 names no benchmark"),
     (lambda r: r["pairs"][0].update(cases=r["pairs"][0]["cases"][:1]), "one case id for each of the 2"),
     (lambda r: r["pairs"][0].update(cases="x"), "pair 1's cases"),
     (lambda r: r.update(repetitions="2"), "its repetitions is '2'")])
@@ -309,3 +311,12 @@ def test_a_damaged_session_record_is_one_line_and_exit_2(tmp_path, capsys, spoil
     assert main(["ab", "--judge", str(where)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and says in err and "is damaged" in err, err
+
+
+def test_ctrl_c_before_any_round_finished_is_still_130_not_nothing_to_judge(tmp_path):
+    from tests.test_runner import _cli
+    proc = _cli("ab", ab_file(tmp_path, TWO, rounds=3, modes=["interrupt"]), "--out", str(tmp_path / "r"),
+                cwd=tmp_path)          # its first turn sends the runner SIGINT, as a terminal's Ctrl-C
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted before a round finished" in err and "Traceback" not in err

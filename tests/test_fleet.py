@@ -234,3 +234,20 @@ def test_a_slurm_nodes_command_carries_the_store_options_where_run_takes_them(mo
         location.configure([])
     args = parser().parse_args(cmd[1:])                  # after the program
     assert args.command == "run" and args.store_option == ["endpoint_url=http://minio:9000"]
+
+
+def test_the_scaling_table_takes_no_figure_from_a_case_that_failed_part_way():
+    import pandas as pd
+    from cxlbench.fleet.scaling import NAME, table
+    from cxlbench.results.store import Run
+
+    def run(world, tokens, status="ok"):
+        cid = f"{NAME}/cpu:node0/ddr0/world_size={world}"
+        samples = pd.DataFrame([{"run_id": f"2026-w{world}", "case_id": cid, "benchmark": NAME, "metric": m,
+                                 "value": v, "repetition": rep, "world_size": world, "model": "tiny", "nodes": world}
+                                for rep in range(3) for m, v in (("tokens_per_s_total", tokens),
+                                                                 ("tokens_per_s", tokens / world))])
+        meta = {"run_id": f"2026-w{world}", "cases": [{"case_id": cid, "status": status, "reason": ""}]}
+        return Run(f"/nowhere/w{world}", meta, samples)
+    assert [r.world_size for r in table([run(1, 1000.0), run(2, 1900.0)])] == [1, 2]
+    assert [r.world_size for r in table([run(1, 1000.0), run(2, 1900.0, status="failed")])] == [1]

@@ -640,3 +640,15 @@ def test_a_step_is_numbered_by_its_run_in_the_whole_history_when_a_run_lacks_the
     assert (lat.change.index, lat.position, lat.run_id) == (11, 12, load_run(paths[12]).run_id)
     (trend,) = [t for t in hist.trends(h, [lat]) if t.point == lat.point]
     assert trend.steps.startswith("run 13: +")
+
+
+def test_a_timeout_with_no_history_to_miss_is_an_error_in_every_output(tmp_path, capsys):
+    """With 3 runs no point is expected yet: exit 2 came with a JUnit file of no error
+    and a headline of "POINTS MISSING" where nothing was missing."""
+    paths = _runs(tmp_path, 3)
+    _spoil_case(paths[2], "latency", "failed", "timed out after 600 s", keep_samples=False)
+    junit = tmp_path / "g.xml"
+    rc = main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[2]), "--junit", str(junit)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("cxlbench gate: inputs unusable — 1 case of the current run timed out")
+    assert 'errors="1"' in junit.read_text() and "timed out" in junit.read_text()

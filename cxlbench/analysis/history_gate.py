@@ -80,7 +80,7 @@ class HistoryVerdict:
         """The points tested (the false-discovery family): those missing are not."""
         if "verdict" not in self.rows:
             return len(self.rows)
-        return int((self.rows["verdict"] != "missing").sum())
+        return int((~self.rows["verdict"].isin(["missing", "—"])).sum())
 
 
 def bh_adjust(p: np.ndarray) -> np.ndarray:
@@ -185,9 +185,9 @@ def _with_missing(v: HistoryVerdict, h: History, current: Run, allow_missing: bo
         v.rows = pd.concat([v.rows, gone], ignore_index=True) if not v.rows.empty else gone
         v.rows["verdict"] = v.rows["verdict"].fillna("—")        # a short history judges none
         v.rows["note"] = v.rows["note"].fillna("")
-    if stuck:
+    if stuck:                    # the inputs are unusable: said as such in every output, JUnit's too
         v.status = ERROR
-        v.notes.append(timed_out_error(len(stuck), ", ".join(_names(stuck, gone))))
+        v.errors.append(timed_out_error(len(stuck), ", ".join(_names(stuck, gone))))
     gone = gone[~gone["case_id"].isin(stuck)] if not gone.empty else gone
     if gone.empty:
         return v

@@ -117,7 +117,7 @@ def load_session(path: str | Path) -> dict[str, Any]:
 
 def _misshapen_pair(record: dict[str, Any]) -> str:
     """What of the record's pairs and repetitions a judge would trip on: each pair an
-    index and one case id per configuration; repetitions a whole number."""
+    index, a benchmark and one case id per configuration; repetitions a whole number."""
     reps = record.get("repetitions", 1)
     if type(reps) is not int or reps < 1:
         return f"its repetitions is {reps!r}, not a whole number of 1 or more"
@@ -125,7 +125,9 @@ def _misshapen_pair(record: dict[str, Any]) -> str:
     for k, pair in enumerate(record["pairs"]):
         cases = pair.get("cases")
         if type(pair.get("index")) is not int:
-            return f"pair {k + 1} has no index"
+            return f"pair {k + 1}'s index is {pair.get('index')!r}, not a whole number"
+        if not isinstance(pair.get("benchmark"), str):
+            return f"pair {k + 1} names no benchmark"
         if not (isinstance(cases, list) and len(cases) == n and all(isinstance(c, str) for c in cases)):
             return f"pair {k + 1}'s cases are not one case id for each of the {n} configurations"
     return ""

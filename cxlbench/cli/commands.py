@@ -196,17 +196,21 @@ def ab(file: str | None = None, judge: str | None = None, out: str = "results", 
         verdicts = judge_session(judge, threshold)
     except ThresholdError as e:
         raise UserError(str(e)) from None
+    record = record_of(judge)
+    stopped = file is not None and record.get("interrupted")
+    if not verdicts.verdicts and stopped:          # Ctrl-C before a pair finished: still Ctrl-C's exit
+        print(f"interrupted before a round finished: nothing to judge; the session is {judge}", file=sys.stderr)
+        return 130
     if not verdicts.verdicts:
         raise UserError(f"nothing to judge in {judge}: {verdicts.why_none}")
     print(format_verdicts(verdicts))
-    record = record_of(judge)
     if record.get("interrupted"):
         print(interrupted_line(record))
     where = Path(judge)
     write_out((where if where.is_dir() else where.parent) / "verdicts.json",
               json.dumps([v.to_dict() for v in verdicts.verdicts], indent=1))
     print(f"session: {where}")
-    return 130 if file is not None and record.get("interrupted") else 0     # as run's Ctrl-C
+    return 130 if stopped else 0                    # as run's Ctrl-C
 
 
 def interrupted_line(record: dict) -> str:

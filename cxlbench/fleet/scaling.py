@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cxlbench.results.store import Run, configuration_of
+from cxlbench.results.store import Run, configuration_of, measured_whole
 
 NAME = "training_scaling"
 
@@ -29,7 +29,7 @@ class ScalingRow:
 def table(runs: list[Run]) -> list[ScalingRow]:
     rows = []
     for run in runs:
-        s = run.samples
+        s = measured_whole(run.samples, run.meta)      # a case that failed part-way has no figure
         if s.empty or NAME not in set(s["benchmark"]):
             continue
         s = s[s["benchmark"] == NAME]
