@@ -23,7 +23,7 @@ from cxlbench.analysis.compare import (Comparison, RunLike, as_run, cases_by_key
                                        fmt_num, fmt_pct)
 from cxlbench.analysis.stats import CONFIDENCE, FASTER, INCONCLUSIVE, SAME, SLOWER
 from cxlbench.analysis.thresholds import ThresholdError, Thresholds, load_thresholds
-from cxlbench.results.schema import FAILED, timed_out
+from cxlbench.results.schema import FAILED, timed_out_cases, unmeasured_reason
 from cxlbench.results.store import ResultsError, Run
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
@@ -344,7 +344,7 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
         result.warnings.append(f"setting differs: {d}")
     result.missing, result.new, both = _unmatched(cmp, base, cur)
     missing = result.missing
-    stuck = [c["case_id"] for c in cur.meta.get("cases") or [] if timed_out(c)]
+    stuck = timed_out_cases(cur.meta)
     if not missing.empty and not allow_missing:
         shown = ", ".join(missing["point"].head(5))
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -401,9 +401,8 @@ def _unmatched(cmp: Comparison, base: Run, cur: Run) -> tuple[pd.DataFrame, pd.D
 def _why(case: dict[str, Any] | None, run: str) -> str:
     if case is None:
         return f"not in {run}"
-    if case.get("status") not in (None, "ok"):
-        return f"{case['status']}: {case.get('reason') or ''}"
-    return "its case ran, without this point (a point it drops when the machine is busy, or a metric it no longer gives)"
+    return unmeasured_reason(case) or \
+        "its case ran, without this point (a point it drops when the machine is busy, or a metric it no longer gives)"
 
 
 def _failed_in_both(base: Run, cur: Run) -> dict[str, str]:

@@ -33,7 +33,7 @@ from scipy.stats import false_discovery_control
 from cxlbench.analysis.gate import timed_out_error
 from cxlbench.analysis.history import History, labels, run_rows
 from cxlbench.analysis.stats import contiguity_note, t_cdf, t_quantile
-from cxlbench.results.schema import OK, case_warnings, timed_out
+from cxlbench.results.schema import case_warnings, timed_out_cases, unmeasured_reason
 from cxlbench.results.store import Run
 
 PASS, SUSPECT, FAIL, ERROR, SHORT = "pass", "suspect", "fail", "error", "inconclusive"
@@ -178,7 +178,7 @@ def _with_missing(v: HistoryVerdict, h: History, current: Run, allow_missing: bo
     inputs unusable whatever --allow-missing says (as in the pairwise gate)."""
     if v.errors:
         return v
-    stuck = [c["case_id"] for c in current.meta.get("cases") or [] if timed_out(c)]
+    stuck = timed_out_cases(current.meta)
     gone = _missing_points(h, v.reference, set(v.rows["point"]) if not v.rows.empty else set(), current,
                            v.rule) if v.reference else pd.DataFrame()
     if not gone.empty:
@@ -231,8 +231,8 @@ def _why(meta: dict[str, Any], case_id: str) -> str:
     case = next((c for c in meta.get("cases") or [] if c.get("case_id") == case_id), None)
     if case is None:
         return "not in the run"
-    if case.get("status") != OK:
-        return f"{case.get('status')}: {case.get('reason') or ''}"
+    if why := unmeasured_reason(case):
+        return why
     warned = [w for cid, w in case_warnings(meta) if cid == case_id]
     return "its case ran, without this point" + (f" ({warned[0]})" if warned else "")
 

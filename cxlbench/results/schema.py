@@ -105,17 +105,19 @@ def failed_cases(meta: dict[str, Any]) -> dict[str, str]:
             if c.get("status") == FAILED and "case_id" in c}
 
 
-def timed_out(case: dict[str, Any]) -> bool:
-    """A case record failed by its time limit: in its own process or any of them (the
-    runner prefixes "process 2 of 5: " to a later process's reason)."""
-    return case.get("status") == FAILED and TIMED_OUT in str(case.get("reason") or "")
+def timed_out_cases(meta: dict[str, Any]) -> list[str]:
+    """The case ids a run's time limit failed: in the case's own process or any of them
+    (the runner prefixes "process 2 of 5: " to a later process's reason)."""
+    return [c["case_id"] for c in meta.get("cases") or []
+            if c.get("status") == FAILED and TIMED_OUT in str(c.get("reason") or "") and "case_id" in c]
 
 
-def case_reasons(meta: dict[str, Any]) -> dict[str, str]:
-    """case_id -> "status: reason", for a run's cases that were not measured whole
-    (skipped or failed): why a case a gate expected has no figure."""
-    return {c["case_id"]: f"{c['status']}: {c.get('reason') or ''}" for c in meta.get("cases") or []
-            if c.get("status") not in (None, OK) and "case_id" in c}
+def unmeasured_reason(case: dict[str, Any]) -> str:
+    """"status: reason" for a case record that was not measured whole (skipped or
+    failed), "" for one measured: why a case a gate expected has no figure."""
+    if case.get("status") in (None, OK):
+        return ""
+    return f"{case.get('status')}: {case.get('reason') or ''}"
 
 
 def case_warnings(meta: dict[str, Any]) -> list[tuple[str, str]]:
