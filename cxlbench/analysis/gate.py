@@ -383,9 +383,10 @@ def _unmatched(cmp: Comparison, base: Run, cur: Run) -> tuple[pd.DataFrame, pd.D
     baseline case failed part-way (compare leaves such cases out: no reference, so
     missing, not new); and the cases that failed in both runs (nothing to gate)."""
     um = cmp.unmatched
-    if um.empty:
-        return um, um, _failed_in_both(base, cur)
     cur_cases, base_cases = cases_by_key(cur.meta), cases_by_key(base.meta)
+    both = _failed_in_both(base_cases, cur_cases)
+    if um.empty:
+        return um, um, both
     case_key = um["key"].fillna("").astype(str).str.split("|", n=1).str[0]
     lost = um["why"].str.startswith(f"in {cmp.runs[0].name},")
     missing = um[lost].copy()
@@ -395,7 +396,7 @@ def _unmatched(cmp: Comparison, base: Run, cur: Run) -> tuple[pd.DataFrame, pd.D
     cut = um[~lost][failed_before].copy()
     cut["why"] = [f"failed in the baseline: {c.get('reason') or ''}" for c in was if c.get("status") == FAILED]
     new = um[~lost][~failed_before]
-    return pd.concat([missing, cut], ignore_index=True), new, _failed_in_both(base, cur)
+    return pd.concat([missing, cut], ignore_index=True), new, both
 
 
 def _why(case: dict[str, Any] | None, run: str) -> str:
@@ -405,10 +406,10 @@ def _why(case: dict[str, Any] | None, run: str) -> str:
         "its case ran, without this point (a point it drops when the machine is busy, or a metric it no longer gives)"
 
 
-def _failed_in_both(base: Run, cur: Run) -> dict[str, str]:
-    """case_id -> the current run's reason, for cases that failed in both runs."""
-    base_cases = cases_by_key(base.meta)
-    return {c["case_id"]: c.get("reason") or "" for k, c in cases_by_key(cur.meta).items()
+def _failed_in_both(base_cases: dict[str, dict], cur_cases: dict[str, dict]) -> dict[str, str]:
+    """case_id -> the current run's reason, for cases that failed in both runs (each
+    run's cases by key, compare.cases_by_key)."""
+    return {c["case_id"]: c.get("reason") or "" for k, c in cur_cases.items()
             if c.get("status") == FAILED and (base_cases.get(k) or {}).get("status") == FAILED}
 
 
