@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from cxlbench.analysis.reduction import repetitions
-from cxlbench.analysis.stats import (CONFIDENCE, GONE, HELD_MIN, INCONCLUSIVE, VERDICTS, Change, Ratio, judge,
-                                     note_contiguity, smallest_n, t_quantile)
+from cxlbench.analysis.stats import (CONFIDENCE, HELD_MIN, INCONCLUSIVE, VERDICTS, Change, Ratio, judge,
+                                     not_all_positive, note_contiguity, smallest_n, t_quantile)
 from cxlbench.analysis.thresholds import parse_fraction
 from cxlbench.results.store import ResultsError, load_run
 
@@ -68,10 +68,9 @@ def paired_ratio(base_rounds, cur_rounds, confidence: float = CONFIDENCE) -> Rat
     both = np.isfinite(b) & np.isfinite(c)
     b, c = b[both], c[both]
     nan = math.nan
-    if b.size and ((b <= 0).any() or (c <= 0).any()):
-        mb, mc = float(np.median(b)), float(np.median(c))
-        note = GONE if mb > 0 and mc <= 0 else "values not all positive"
-        return Ratio(mc / mb if mb else nan, nan, nan, nan, nan, int(b.size), int(c.size), confidence, note=note)
+    unlogged = not_all_positive(b, c, float(np.median(b)), float(np.median(c)), confidence) if b.size else None
+    if unlogged is not None:
+        return unlogged
     d = np.log(c / b)
     n = int(d.size)
     if n < 2:

@@ -187,6 +187,19 @@ class Ratio:
 GONE = "the current run's median is 0 or less where the baseline's was positive"
 
 
+def not_all_positive(b: np.ndarray, c: np.ndarray, mb: float, mc: float, confidence: float) -> Ratio | None:
+    """The ratio of values that are not all positive (medians mb, mc), which has no
+    log and so no interval: GONE where the current median fell to 0 or less from a
+    positive one, else "values not all positive"; None where every value is positive."""
+    nan = math.nan
+    if mb > 0 and mc <= 0:
+        return Ratio(mc / mb, nan, nan, nan, nan, b.size, c.size, confidence, note=GONE)
+    if mb <= 0 or mc <= 0 or (b <= 0).any() or (c <= 0).any():
+        return Ratio(mc / mb if mb else nan, nan, nan, nan, nan, b.size, c.size, confidence,
+                     note="values not all positive")
+    return None
+
+
 def ratio_ci(baseline, current, confidence: float = CONFIDENCE, run_noise: float = 0.0) -> Ratio:
     """Ratio of medians current/baseline with a `confidence` interval.
 
@@ -209,11 +222,9 @@ def ratio_ci(baseline, current, confidence: float = CONFIDENCE, run_noise: float
         return Ratio(nan, nan, nan, nan, nan, nb, nc, confidence,
                      note="no values in " + ("baseline" if nb == 0 else "current"))
     mb, mc = _median_sorted(np.sort(b)), _median_sorted(np.sort(c))
-    if mb > 0 and mc <= 0:
-        return Ratio(mc / mb, nan, nan, nan, nan, nb, nc, confidence, note=GONE)
-    if mb <= 0 or mc <= 0 or (b <= 0).any() or (c <= 0).any():
-        r = mc / mb if mb else nan
-        return Ratio(r, nan, nan, nan, nan, nb, nc, confidence, note="values not all positive")
+    unlogged = not_all_positive(b, c, mb, mc, confidence)
+    if unlogged is not None:
+        return unlogged
     r = mc / mb
     if nb < 2 or nc < 2:
         return Ratio(r, nan, nan, nan, nan, nb, nc, confidence,
