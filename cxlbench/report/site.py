@@ -154,12 +154,15 @@ def run_digest(run: Run) -> str:
     return h.hexdigest()
 
 
+#: the cxlbench package's folder: its code and data make the pages (code_files)
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
 def code_files() -> list[Path]:
     """What a page is made by: the templates, and the package's code and data (the
     report draws; analysis picks the headlines, finds the changes and judges; results
     reads; units formats), so all of it, not the report's folder alone."""
-    package = Path(__file__).resolve().parents[1]
-    code = [p for p in package.rglob("*") if p.suffix in (".py", ".toml") and "__pycache__" not in p.parts]
+    code = [p for p in PACKAGE.rglob("*") if p.suffix in (".py", ".toml") and "__pycache__" not in p.parts]
     return sorted([*TEMPLATES.iterdir(), *code])
 
 
@@ -167,9 +170,8 @@ def code_digest() -> str:
     """The version and code_files(): a change to any renders every page again (a page
     made by older code is not kept because its runs are the same)."""
     h = hashlib.sha256(f"{__version__}/{SITE_FORMAT}".encode())
-    package = Path(__file__).resolve().parents[1]
     for path in code_files():
-        h.update(str(path.relative_to(package)).encode() + path.read_bytes())
+        h.update(str(path.relative_to(PACKAGE)).encode() + path.read_bytes())
     return h.hexdigest()
 
 
