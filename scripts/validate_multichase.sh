@@ -12,6 +12,9 @@
 #                  (about 100 s for the default sizes on a 2-vCPU VM)
 #      CXLBENCH    the cxlbench command (default .venv/bin/cxlbench), PYTHON the
 #                  interpreter for the table (default .venv/bin/python)
+#      SCATTER     GiB to scatter the free pool with (scripts/scatter_free_pool.py)
+#                  for each pair, so both tools' 4 KiB pages come from the same
+#                  kind of frames (default: none, each takes what the kernel gives)
 #
 # The pattern, both sides: one dependent load per 64-byte line, a uniformly random
 # single cycle over every line of the working set (cxlbench's `random` pattern;
@@ -19,7 +22,10 @@
 # random too). Pages: cxlbench `4k` is MADV_NOHUGEPAGE, multichase's default also
 # madvises MADV_NOHUGEPAGE; cxlbench `thp` is MADV_HUGEPAGE with >= 90% coverage
 # checked, multichase -H madvises MADV_HUGEPAGE (its coverage is sampled from its
-# smaps below, since multichase checks none). Timing: multichase -a, the mean of 5
+# smaps below, since multichase checks none). Frames: cxlbench records each buffer's
+# physical contiguity; multichase's 4k arena's is read once from its pagemap when
+# its pages are in (scripts/arena_contiguity.py), since on a VM frames alone move a
+# 1 GiB 4 KiB chase by up to a third. Timing: multichase -a, the mean of 5
 # half-second samples after a dropped first one; cxlbench REPS repetitions of 0.5 s
 # each after a calibration and a warm-up. Both run on the CPU cxlbench's latency
 # worker pins itself to (the first CPU of the initiator's node): multichase is started
@@ -78,7 +84,8 @@ run_multichase() {  # round size page
   local m; m=$(mc_arg "$2")
   local flags=(-m "$m" -s 64 -T "$m" -a -n 5); [ "$3" = thp ] && flags+=(-H)
   local log="$OUT/multichase-$2-$3-r$1.log"
-  taskset -c "$CPU" "$MC" "${flags[@]}" > "$log" 2>&1 9>&- & local pid=$! huge=0 kb
+  taskset -c "$CPU" "$MC" "${flags[@]}" > "$log" 2>&1 9>&- & local pid=$! huge=0 kb contig=-
+  [ "$3" = 4k ] && contig=$($PYTHON scripts/arena_contiguity.py $pid)
   # THP: sample its coverage, which multichase does not check (cheap: a few hundred
   # PMDs). 4k: no sampling (walking its PTEs each second would run beside the chase).
   while [ "$3" = thp ] && kill -0 $pid 2>/dev/null; do
@@ -88,21 +95,32 @@ run_multichase() {  # round size page
   done
   wait $pid
   echo "anon_huge_kb $huge" >> "$log"
-  echo "$1 $(grep -E '^ *[0-9.]+$' "$log" | tail -1 | tr -d ' ') $(awk '/anon_huge_kb/ {print $2}' "$log")" \
-    >> "$OUT/multichase-$2-$3.txt"
+  echo "$1 $(grep -E '^ *[0-9.]+$' "$log" | tail -1 | tr -d ' ') $huge $contig" >> "$OUT/multichase-$2-$3.txt"
   echo "  multichase ${flags[*]}: $(grep -E '^ *[0-9.]+$' "$log" | tail -1 | tr -d ' ') ns"
 }
 
+scattered() {  # run a command while the free pool is scattered (SCATTER GiB), if asked
+  [ -z "${SCATTER:-}" ] && { "$@"; return; }
+  local ready="$OUT/scatter.ready"; rm -f "$ready"
+  $PYTHON scripts/scatter_free_pool.py "$SCATTER" > "$ready" 9>&- & local pid=$!
+  until grep -q ready "$ready" 2>/dev/null; do kill -0 $pid || exit 1; sleep 0.2; done
+  "$@"; kill $pid; wait $pid || true
+}
+
+pair() {  # round size page i: the tool that goes first alternates pair to pair, round to round
+  if (( ($4 + $1) % 2 )); then run_cxlbench "$1" "$2" "$3"; run_multichase "$1" "$2" "$3"
+  else run_multichase "$1" "$2" "$3"; run_cxlbench "$1" "$2" "$3"; fi
+}
+
+[ -n "${SCATTER:-}" ] && echo "free pool scattered with $SCATTER GiB for each pair" | tee -a "$OUT/setup.txt"
 for r in $(seq 1 "$ROUNDS"); do
   i=0
   [ "${LOCK_SCOPE:-size}" = round ] && lock
   for size in $SIZES; do
     [ "${LOCK_SCOPE:-size}" = round ] || lock
     for page in $PAGES; do
-      # the tool that goes first alternates from pair to pair and round to round
       echo "round $r, $size, $page pages"
-      if (( (i + r) % 2 )); then run_cxlbench "$r" "$size" "$page"; run_multichase "$r" "$size" "$page"
-      else run_multichase "$r" "$size" "$page"; run_cxlbench "$r" "$size" "$page"; fi
+      scattered pair "$r" "$size" "$page" "$i"
       i=$((i + 1))
     done
     [ "${LOCK_SCOPE:-size}" = round ] || unlock

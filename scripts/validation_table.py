@@ -249,6 +249,20 @@ def _size_name(nbytes: int) -> str:
     return next((k for k, v in SIZES.items() if v == nbytes), f"{nbytes >> 20}MiB")
 
 
+def _span(xs) -> str:
+    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def _frames_line(df, size: int, theirs: list[float]) -> str:
+    """Both tools' physical contiguity at one 4 KiB working set: on a VM what backs
+    the frames moves a large chase, so a ratio read on unlike frames says so."""
+    ours = df[(df.working_set_bytes == size) & (df.page == "4k")]
+    ours = ours.drop_duplicates(["run_id", "repetition"]).phys_contiguity.dropna().tolist() \
+        if "phys_contiguity" in ours.columns else []
+    return (f"(frames, share of pages on consecutive frames: cxlbench's buffers "
+            f"{_span(ours) if ours else 'not recorded'}, multichase's arena {_span(theirs)})")
+
+
 def multichase(out: Path) -> None:
     """One row per working set x page size: each round's cxlbench figure (the median
     of that pair's repetitions) beside multichase's (its mean of 5 half-second
@@ -277,13 +291,15 @@ def multichase(out: Path) -> None:
             name = _size_name(int(size))
             ours = per_run[(per_run.working_set_bytes == size) & (per_run.page == page)]
             ours = dict(zip(ours["round"], ours.value))
-            theirs, huge = {}, []
+            theirs, huge, frames = {}, [], []
             for fields in (f.split() for f in ((out / f"multichase-{name}-{page}.txt").read_text().splitlines()
                                                if (out / f"multichase-{name}-{page}.txt").exists() else [])):
                 if len(fields) >= 2 and fields[1] not in ("", "nan"):
                     theirs[int(fields[0])] = float(fields[1])
                     if len(fields) > 2:
                         huge.append(int(fields[2]) * 1024 / size)
+                    if len(fields) > 3 and re.fullmatch(r"[0-9.]+", fields[3]):
+                        frames.append(float(fields[3]))
             rounds = sorted(set(ours) & set(theirs))
             if not rounds:
                 continue
@@ -296,6 +312,8 @@ def multichase(out: Path) -> None:
             if page == "thp" and huge and min(huge) < 0.9:
                 print(f"  (multichase's THP coverage, largest seen per round: "
                       f"{', '.join(f'{h:.0%}' for h in huge)})")
+            if page == "4k" and frames:
+                print("  " + _frames_line(df, size, frames))
             if page == "4k" and huge and max(huge) > 0:
                 print(f"  (multichase's 4k arena had huge pages: {', '.join(f'{h:.0%}' for h in huge)})")
 

@@ -72,3 +72,14 @@ def test_the_read_buffers_contiguity_is_summarised_per_thread_count_or_said_miss
     hidden = pd.DataFrame([{**rows[0], "phys_contiguity": None}])
     assert "not recorded" in vt.contiguity_line(hidden)
     assert "not recorded" in vt.contiguity_line(pd.DataFrame([rows[0]]).drop(columns="phys_contiguity"))
+
+
+def test_the_multichase_frames_line_counts_each_repetitions_buffer_once_beside_the_peers_arena(vt):
+    # a repetition's tails share its buffer: five metrics of one repetition are one buffer
+    rows = [{"working_set_bytes": 1 << 30, "page": "4k", "run_id": "r1", "repetition": rep,
+             "phys_contiguity": c} for rep, c in ((0, 0.1), (1, 0.2), (2, 0.9)) for _ in range(5)]
+    rows += [{"working_set_bytes": 1 << 24, "page": "4k", "run_id": "r1", "repetition": 0, "phys_contiguity": 0.5}]
+    line = vt._frames_line(pd.DataFrame(rows), 1 << 30, [0.4, 0.0, 0.8])
+    assert "cxlbench's buffers 0.20 (0.10-0.90)" in line and "multichase's arena 0.40 (0.00-0.80)" in line
+    hidden = pd.DataFrame(rows).assign(phys_contiguity=None)
+    assert "cxlbench's buffers not recorded" in vt._frames_line(hidden, 1 << 30, [0.4])
