@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from cxlbench.analysis.advisor import (ASSUMED, COST_ORDER, DATASHEET, MEASURED, PAPER, AdviceError, advise,
-                                       load_gpus)
+                                       load_gpus, same_gpu)
 from cxlbench.cli.main import main
 from cxlbench.report import render_run_html
 from cxlbench.report.advice import render_advice
@@ -236,6 +236,19 @@ def test_a_gpu_run_supplies_the_gpu_side_measured(tmp_path):
     b = advise([results], "8b", "h200")
     assert b.inputs.gpu.flops.source.kind == ASSUMED and b.inputs.gpu.d2h.value == 50.0
     assert b.inputs.gpu.d2h.source.kind == MEASURED
+    # another part's copies are not this one's link: an A100 is priced at its own sheet's rate
+    c = advise([results], "8b", "a100-80gb")
+    assert c.inputs.gpu.d2h.value == 25 and c.inputs.gpu.d2h.source.kind == PAPER
+    assert "NVIDIA H200" in c.inputs.gpu.d2h.detail
+
+
+@pytest.mark.parametrize("entry, device, same", [
+    ("h200", "NVIDIA H200", True), ("h200", "NVIDIA H200 NVL", True),
+    ("a100-80gb", "NVIDIA A100-SXM4-80GB", True), ("h100-sxm", "NVIDIA H100 80GB HBM3", True),
+    ("h100-sxm", "NVIDIA H200", False), ("h200", "NVIDIA H20", False), ("b200", "NVIDIA GB200", False),
+    ("h200", "", False)])
+def test_a_datasheet_entry_matches_the_devices_of_its_part_and_no_other(entry, device, same):
+    assert same_gpu(load_gpus()[entry], device) is same
 
 
 def test_a_gpu_offload_run_alone_supplies_its_hosts_adamw_from_its_own_probe(tmp_path):
@@ -325,9 +338,11 @@ def test_datasheet_entries_load_with_their_sources():
     assert {"h100-sxm", "h200", "b200", "a100-80gb"} <= set(gpus)
     for g in gpus.values():
         assert g.source and g.url.startswith("https://") and g.host_source
-        assert g.bf16_dense_tflops > 100 and g.hbm_gib >= 80 and g.hbm_TBps > 1 and g.pcie_gen in (4, 5, 6)
+        assert g.bf16_dense_tflops > 100 and g.hbm_gib >= 79 and g.hbm_TBps > 1 and g.pcie_gen in (4, 5, 6)
         assert 10 < g.host_GBps < 64             # a practical rate, under the Gen5 x16 link's ~63 GB/s
-    assert gpus["h200"].hbm_gib == 141 and gpus["h100-sxm"].hbm_gib == 80
+        assert g.hbm_source                      # what the device reports, not the datasheet's "GB"
+    # the H200 this project measured reported 150754820096 B; an "80GB" H100 81559 MiB
+    assert gpus["h200"].hbm_gib == round(150754820096 / 2**30, 2) and gpus["h100-sxm"].hbm_gib == round(81559 / 1024, 2)
     assert "nvbandwidth" in gpus["h200"].host_source
 
 

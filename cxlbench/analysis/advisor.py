@@ -22,6 +22,7 @@ predicts from the rates, on a GPU the results may never have seen.
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,7 @@ class GpuSpec:
     source: str
     url: str = ""
     host_url: str = ""
+    hbm_source: str = ""
 
 
 def load_gpus(path: str | Path = GPUS_FILE) -> dict[str, GpuSpec]:
@@ -141,6 +143,7 @@ class GpuInputs:
     config: str | None = None    # measured: the config whose shapes F_eff was probed at
     datasheet: bool = False
     peer: Figure | None = None   # the link to the other GPUs (NVLink), per direction
+    device: str = ""             # measured: the device's name as the driver reports it
 
     def figures(self) -> list[Figure]:
         """Every GPU input, in a reader's order: what compute costs, what fits, the copies."""
@@ -405,7 +408,7 @@ def _gpu_from_runs(runs: Sequence[Run], model: str | None) -> GpuInputs | None:
         "GPU AdamW, optimizer state in HBM", probe(rc, "params_per_s", "adamw"), "params/s",
         _gpu_measured(rc[0], rc[1]["case_id"], gpu_index(rc)), "torch's fused AdamW on the device")
     return GpuInputs(f"{_gpu_name(run, gpu_index(shape))} on {machine_of(run.meta)}, measured", flops, hbm,
-                     copies["d2h"], copies["h2d"], adamw, [], config)
+                     copies["d2h"], copies["h2d"], adamw, [], config, device=str(g.get("name") or ""))
 
 
 def _replayed_rate(ranked: list[tuple[Run, dict]], config: str, detail: str, gpu_index) -> Figure | None:
@@ -440,25 +443,39 @@ def _gpu_from_datasheet(spec: GpuSpec, mfu: float, runs: Sequence[Run]) -> GpuIn
                             "as given with --mfu; a datasheet has no measured MFU"))
     flops = Figure("GPU compute rate (F_eff = peak × MFU)", spec.bf16_dense_tflops * mfu, "TFLOP/s",
                    Source(ASSUMED, f"{spec.name}'s datasheet peak × the assumed MFU"))
-    hbm = Figure("GPU memory (HBM)", spec.hbm_gib, "GiB", sheet)
+    hbm = Figure("GPU memory (HBM)", spec.hbm_gib, "GiB",
+                 Source(DATASHEET, f"gpus.toml [{spec.name}]: {spec.hbm_source}", spec.url) if spec.hbm_source
+                 else sheet, "as the device reports it")
     hbm_bw = Figure("HBM bandwidth", spec.hbm_TBps * 1000, "GB/s", sheet)
     adamw = Figure("GPU AdamW, optimizer state in HBM", spec.hbm_TBps * 1e12 / ADAMW_BYTES, "params/s",
                    Source(ASSUMED, f"modelled: gpus.toml [{spec.name}]'s HBM bandwidth ÷ {ADAMW_BYTES} B per "
                                    "parameter (AdamW's traffic), bandwidth-bound at the datasheet's peak: the "
                                    "fastest it can be", spec.url))
     measured = _gpu_from_runs(runs, None)
-    if measured is not None:          # a GPU run's own copies beat a practical figure
-        d2h, h2d = measured.d2h, measured.h2d
+    if measured is not None and same_gpu(spec, measured.device):
+        d2h, h2d = measured.d2h, measured.h2d      # a run's own copies beat a practical figure
     else:
         host = Source(PAPER, f"gpus.toml [{spec.name}]: PCIe Gen{spec.pcie_gen} x16, {spec.host_source}",
                       spec.host_url)       # another's measurement of the copies, not the vendor's
-        d2h = Figure("device → host copy (d2h)", spec.host_GBps, "GB/s", host, "a practical rate, not the link's")
-        h2d = Figure("host → device copy (h2d)", spec.host_GBps, "GB/s", host, "a practical rate, not the link's")
+        why = "a practical rate, not the link's" + (
+            "" if measured is None else f"; the GPU run among the results measured {measured.device or 'another GPU'}, "
+                                        f"not {spec.name}, so its copies are not this GPU's")
+        d2h = Figure("device → host copy (d2h)", spec.host_GBps, "GB/s", host, why)
+        h2d = Figure("host → device copy (h2d)", spec.host_GBps, "GB/s", host, why)
     peer = Figure("GPU ↔ GPU link (NVLink)", spec.nvlink_GBps, "GB/s",
                   Source(DATASHEET, f"gpus.toml [{spec.name}]: {spec.nvlink_source}", spec.url),
                   "per direction; the link's rate, not a collective's")
     return GpuInputs(f"{spec.name} ({spec.title}, datasheet)", flops, hbm, d2h, h2d, adamw,
                      [peak, mfu_fig, hbm_bw], datasheet=True, peer=peer)
+
+
+def same_gpu(spec: GpuSpec, device: str) -> bool:
+    """Whether a device the driver names ("NVIDIA H200", "NVIDIA A100-SXM4-80GB") is of
+    a datasheet entry's part (h200, a100-80gb): the entry's name up to its first '-'
+    as a word of the device's. A copy rate measured on one part says nothing of
+    another's link (an A100's Gen4 against an H200's Gen5)."""
+    part = spec.name.split("-")[0].lower()
+    return bool(re.search(rf"(?<![a-z0-9]){re.escape(part)}(?![0-9])", device.lower()))
 
 
 def _check_model(model: str) -> None:
