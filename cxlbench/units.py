@@ -43,6 +43,15 @@ def format_count(n: float, sep: str = "") -> str:
     return f"{n:.3g}"
 
 
+def ceil_sig(x: float, sig: int = 3) -> float:
+    """x rounded up to `sig` significant figures (15.33 -> 15.4): a least figure that
+    must be met, printed rounded down, would fall short of what it promises."""
+    if not math.isfinite(x) or x <= 0:
+        return x
+    q = 10.0 ** (math.floor(math.log10(x)) - sig + 1)
+    return math.ceil(x / q * (1 - 1e-12)) * q     # a value already at `sig` figures stays
+
+
 def format_number(x: float | None, sig: int = 3) -> str:
     """Sensible significant figures: 1.23, 12.3, 123, 1,234, 12,345; "—" for none."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):

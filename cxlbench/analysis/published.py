@@ -275,7 +275,11 @@ def _cluster(case: Case, per_node: int, nodes: int) -> Cluster:
 def _dpu_ratio(case: Case) -> list[PointResult]:
     """With ÷ without DPU: the without-DPU step (from its TFLOPS) is split into compute
     and the host's update by the serial composition ("overlapped"), then priced again
-    with the update behind the next step ("dpu")."""
+    with the update behind the next step ("dpu"). One GPU: Table 4's CPU-Adam seconds
+    are the whole model's, which a GPU alone hands its host."""
+    if int(case["gpus"]) != 1:
+        raise CaseError(f"{case.id}: the DPU ratio is priced for one GPU (Table 4's CPU-Adam time is the whole "
+                        f"model's), not gpus = {case['gpus']}")
     out = []
     for p in case.points:
         w = gpt2(case, p["layers"], p["hidden"], p["batch"])

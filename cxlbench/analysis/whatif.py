@@ -23,7 +23,7 @@ import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from cxlbench import tomlfile
 from cxlbench.analysis.advisor import (ASSUMED, DATASHEET, MEASURED, PAPER, PROVENANCES, AdviceError, Figure, GpuInputs, HostTier,
@@ -34,7 +34,7 @@ from cxlbench.training.configs import model_config, train_config
 from cxlbench.training.footprint import REDUCE_BUCKET_BYTES, hbm_need, hbm_parts
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Cluster, Prediction, Rates, Workload,
                                          activation_bytes, per_gpu, predict)
-from cxlbench.units import format_count
+from cxlbench.units import ceil_sig, format_count
 
 HOSTS_FILE = Path(__file__).with_name("hosts.toml")
 GIB = 2**30
@@ -198,21 +198,36 @@ def _profile(name: str, entry: dict) -> HostProfile:
 
 
 def load_host(name: str, path: str | Path = HOSTS_FILE) -> HostProfile:
-    """A profile of hosts.toml by name, or a .toml file holding one profile's keys."""
-    if name.endswith(".toml"):
+    """A profile of hosts.toml by name, or a .toml file holding one profile's keys, or
+    profiles in hosts.toml's form (FILE.toml:NAME picks one of several)."""
+    file, _, pick = name.rpartition(":") if ".toml:" in name else (name, "", "")
+    if file.endswith(".toml"):
         try:
-            entry = tomlfile.read(name)
+            entry = tomlfile.read(file)
         except tomlfile.TomlFileError as e:
             raise AdviceError(f"--host {e}") from None
-        if "cores" not in entry and len(entry) == 1 and isinstance(next(iter(entry.values())), dict):
-            (name, entry), = entry.items()          # hosts.toml's own form: one [NAME] with its tables
+        named = {k: v for k, v in entry.items() if _a_profile(v)} if not _a_profile(entry, tables=False) else {}
+        if pick or len(named) > 1:
+            if pick not in named:
+                raise AdviceError(f"--host {file} holds {len(named)} profiles ({', '.join(named)}): name one as "
+                                  f"{file}:{next(iter(named), 'NAME')}" + (f", not {pick!r}" if pick else ""))
+            return _profile(pick, named[pick])
+        if len(named) == 1 and len(entry) == 1:
+            (name, entry), = named.items()          # hosts.toml's own form: one [NAME] with its tables
             return _profile(name, entry)
-        return _profile(Path(name).stem, entry)
+        return _profile(Path(file).stem, entry)
     profiles = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     if name not in profiles:
         raise AdviceError(f"unknown host profile {name!r}: the profiles are {', '.join(sorted(profiles))} "
                           f"(cxlbench/analysis/hosts.toml), or give a .toml file of that form")
     return _profile(name, profiles[name])
+
+
+def _a_profile(table: Any, tables: bool = True) -> bool:
+    """Whether a TOML table is a whole profile (its cores, or tier tables of its own),
+    not one tier's table; tables=False: judged by its cores alone."""
+    return isinstance(table, dict) and ("cores" in table
+                                        or (tables and any(isinstance(v, dict) for v in table.values())))
 
 
 def host_from_runs(runs: Sequence[Run]) -> HostProfile:
@@ -446,16 +461,16 @@ def _needs(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, hbm_to
                             + _held_by(cap)
                             + ("" if nvme else _tier_bound(w, gpu, tier, cluster, overlap, goal, cap, target))))
         elif nvme:
-            r, wr = tier.nvme_read.value * k, tier.nvme_write.value * k
+            r, wr = ceil_sig(tier.nvme_read.value * k), ceil_sig(tier.nvme_write.value * k)
             out.append(Need(overlap, varied, k, f"{name}: NVMe ≥ {r:.3g} GB/s read and {wr:.3g} GB/s write per node "
-                                                f"({k:.3g}× the {tier.nvme_read.value:g}/{tier.nvme_write.value:g} "
-                                                f"GB/s given)"))
+                                                f"({ceil_sig(k):.3g}× the {tier.nvme_read.value:g}/"
+                                                f"{tier.nvme_write.value:g} GB/s given)"))
         else:
-            rate = tier.adamw.value * k
+            rate = ceil_sig(tier.adamw.value * k)
             out.append(Need(overlap, varied, k, f"{name}: CPU AdamW ≥ {format_count(rate)} params/s per node "
-                                                f"({k:.3g}× the {format_count(tier.adamw.value)} given) — a "
-                                                f"bandwidth-bound AdamW needs {rate * ADAMW_BYTES / 1e9:,.0f} GB/s of "
-                                                f"{tier.kind.upper()} for it"))
+                                                f"({ceil_sig(k):.3g}× the {format_count(tier.adamw.value)} given) — a "
+                                                f"bandwidth-bound AdamW needs {math.ceil(rate * ADAMW_BYTES / 1e9):,} "
+                                                f"GB/s of {tier.kind.upper()} for it"))
     return out
 
 
@@ -496,7 +511,8 @@ def _accumulation_needs(w: Workload, w_hbm: Workload, gpu: GpuInputs, tier: Host
     for overlap, name in (("overlapped", "without DPU"), ("dpu", "with DPU")):
         def pct(k: int, where: str = "") -> str:
             x = share(k, overlap)
-            over = "; over 100%: all-HBM steps its update in series, which DPU hides" if x > 1 else ""
+            over = ("; over 100%: all-HBM runs its update and the parameters' all-gather after it in series, "
+                    "which DPU overlaps with the next step") if x > 1 else ""
             return f"{x * 100:.3g}% of all-HBM{where}{over}"
 
         r = reach(lambda k: share(k, overlap), target)
@@ -613,8 +629,8 @@ def _tier_bound(w: Workload, gpu: GpuInputs, tier: HostTier, cluster: Cluster, o
         parts.append("the GPUs' copies through it, the accumulated gradients both ways")
     how = ("state-memory: what the update, the gradients and the parameters move through it" if memory
            else "; ".join(parts))
-    need = (f": {target * 100:g}% needs ≥ {tier.bandwidth.value * wider:,.0f} GB/s of it per node "
-            f"({wider:.3g}× the {tier.bandwidth.value:,.0f} given) with AdamW unbounded" if wider else "")
+    need = (f": {target * 100:g}% needs ≥ {math.ceil(tier.bandwidth.value * wider):,} GB/s of it per node "
+            f"({ceil_sig(wider):.3g}× the {tier.bandwidth.value:,.0f} given) with AdamW unbounded" if wider else "")
     return f" — the {tier.kind.upper()}'s bandwidth holds it ({how}), not the cores{need}"
 
 

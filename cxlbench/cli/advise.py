@@ -97,6 +97,11 @@ def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus
                               "or a file of that form) or results with training runs")
         profile = load_host(host) if host is not None else host_from_runs(runs)
         per_node = gpus or profile.gpus or 1
+        if profile.gpus and per_node > profile.gpus:
+            raise AdviceError(f"--gpus {per_node} is more GPUs than a node of {profile.name} holds "
+                              f"({profile.gpus}): --gpus counts one node's; for {per_node} GPUs give "
+                              + (f"--gpus {profile.gpus} --nodes {per_node // profile.gpus * nodes}"
+                                 if per_node % profile.gpus == 0 else "--nodes"))
         inputs = gather(runs, gpu, mfu, model)
         if inputs.gpu is None:
             raise AdviceError(inputs.gpu_why)
@@ -226,13 +231,19 @@ def advice_text(a: "Advice") -> str:
 
 
 def _within(text: str) -> float:
-    """--within 10 or 10%: percent of the best tokens/s."""
+    """--within 10 or 10%: percent of the best tokens/s. A bare number up to 1 is
+    refused: beside --mfu, which takes a fraction, "0.9" is far likelier to mean 90%
+    than 0.9%; "0.9%" says it."""
+    bare = text.strip()
     try:
-        value = float(text.strip().rstrip("%"))
+        value = float(bare.rstrip("%"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 10 or 10%)") from None
     if not 0 <= value < 100:
         raise argparse.ArgumentTypeError(f"{text!r} must lie between 0 and 100 (percent)")
+    if 0 < value <= 1 and not bare.endswith("%"):
+        raise argparse.ArgumentTypeError(f"{text!r} is a percent here: give {value * 100:g} for {value * 100:g}%, "
+                                         f"or {bare}% if {bare}% is meant")
     return value / 100
 
 
