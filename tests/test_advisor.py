@@ -193,12 +193,12 @@ def test_an_hbm_placement_that_does_not_fit_says_so_instead_of_a_figure(tmp_path
     # bf16 params and grads, fp32 master, m and v, the activations (one GPU buckets nothing)
     need = (16 * model_config("8b").num_params() + 34 * 2048 * 4096 * 32) / GIB
     assert not hbm.fits and hbm.relative is None
-    assert hbm.verdict == f"does not fit in 80 GiB HBM: needs {need:.0f} GiB"
+    assert hbm.verdict == f"does not fit in 79.6 GiB HBM: needs {need:.0f} GiB"
     assert a.best.tier == "ddr0" and a.placements[-1] is hbm            # after every placement that fits
     code, out, _ = run_cli(capsys, "advise", str(run), "--model", "8b", "--gpu", "h100-sxm")
     assert code == 0
     (line,) = [x for x in out.splitlines() if x.startswith("optimizer state on hbm")]
-    assert line == f"optimizer state on hbm: does not fit in 80 GiB HBM: needs {need:.0f} GiB"
+    assert line == f"optimizer state on hbm: does not fit in 79.6 GiB HBM: needs {need:.0f} GiB"
 
 
 def test_one_gpu_holds_the_same_whether_advised_alone_or_as_a_node_of_one(tmp_path):
@@ -342,7 +342,7 @@ def test_datasheet_entries_load_with_their_sources():
         assert 10 < g.host_GBps < 64             # a practical rate, under the Gen5 x16 link's ~63 GB/s
         assert g.hbm_source                      # what the device reports, not the datasheet's "GB"
     # the H200 this project measured reported 150754820096 B; an "80GB" H100 81559 MiB
-    assert gpus["h200"].hbm_gib == round(150754820096 / 2**30, 2) and gpus["h100-sxm"].hbm_gib == round(81559 / 1024, 2)
+    assert gpus["h200"].hbm_gib == pytest.approx(150754820096 / 2**30, abs=0.005) and gpus["h100-sxm"].hbm_gib == pytest.approx(81559 / 1024, abs=0.005)
     assert "nvbandwidth" in gpus["h200"].host_source
 
 
@@ -401,7 +401,7 @@ def test_the_advice_page_is_self_contained_and_names_its_inputs(tmp_path, capsys
     assert "www.nvidia.com/en-us/data-center/h100/" in html          # the source, named as text
     for label in (MEASURED, DATASHEET, ASSUMED):
         assert f">{label}</span>" in html
-    assert "does not fit in 80 GiB HBM" in html and 'id="advice-placements"' in html
+    assert "does not fit in 79.6 GiB HBM" in html and 'id="advice-placements"' in html
     assert "nvme &lt; cxl &lt; ddr &lt; hbm" in html
 
 

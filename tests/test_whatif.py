@@ -241,10 +241,10 @@ def test_a_placement_no_gpu_can_hold_names_no_rate_and_the_headline_says_none_fi
     still said "reached with the 1 batch a step given" and the headline implied ZeRO-3 fit."""
     code, out, _ = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl",
                            "--batch", "8")
-    assert code == 0 and "no placement fits 80 GiB a GPU (offloaded, one needs 361 GiB)" in out.splitlines()[0]
+    assert code == 0 and "no placement fits 79.6 GiB a GPU (offloaded, one needs 361 GiB)" in out.splitlines()[0]
     needs = re.findall(r"^  (ddr|cxl|nvme): (.*)$", out, re.M)
     assert [t for t, _ in needs] == ["ddr", "cxl", "nvme"]
-    assert all(text.startswith("does not fit 80 GiB a GPU (needs 361 GiB") and "reached" not in text
+    assert all(text.startswith("does not fit 79.6 GiB a GPU (needs 361 GiB") and "reached" not in text
                for _, text in needs)
     assert "tokens/s, 8 GPUs" in out
     assert needs[0][1].endswith("fit it first: a smaller batch or sequence, or --recompute (activations checkpointed)")
@@ -516,7 +516,7 @@ def test_a_model_whose_bf16_copy_does_not_fit_a_gpu_is_priced_at_zero_3_and_says
     from cxlbench.training.stepmodel import activation_bytes
     gpu, host = _h100(), load_host("h100-8gpu-cxl")
     big = whatif(gpu, host, "70b", Cluster(8, 1))
-    assert big.zero == 3 and "ZeRO-3" in big.headline and "more than its 80 GiB" in big.headline
+    assert big.zero == 3 and "ZeRO-3" in big.headline and "more than its 79.6 GiB" in big.headline
     cfg = model_config("70b")
     n, unit = cfg.num_params(), cfg.vocab_size * cfg.dim         # the output matrix outweighs a block
     assert unit > (n - 2 * unit) / cfg.n_layers

@@ -35,7 +35,7 @@ from cxlbench.training.configs import MODELS, model_config, train_config
 from cxlbench.training.footprint import hbm_need
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Rates, Workload, predict,
                                          tokens_to_hide_optimizer)
-from cxlbench.units import format_count, tier_order
+from cxlbench.units import format_count, format_number, tier_order
 
 MEASURED, DATASHEET, PAPER, ASSUMED = "measured", "datasheet", "paper", "assumed"
 #: what a figure can be: measured here, a vendor's datasheet, a published measurement
@@ -540,7 +540,7 @@ class Placement:
         """'fits' or 'does not fit in 80 GiB HBM: needs 128 GiB'."""
         if self.fits:
             return "fits"
-        return (f"does not fit in {self.capacity_bytes / GIB:.0f} GiB HBM: needs "
+        return (f"does not fit in {format_number(self.capacity_bytes / GIB)} GiB HBM: needs "
                 f"{self.device_bytes / GIB:,.0f} GiB")
 
     @property
@@ -589,7 +589,7 @@ class Advice:
             smallest = min(self.placements, key=lambda p: p.device_bytes)
             return (f"no placement fits one {self.gpu}: even with the optimizer state off the GPU, {self.model} at "
                     f"{self.tokens_per_step:,} tokens per step needs {smallest.device_bytes / GIB:,.0f} GiB on the "
-                    f"GPU, which has {smallest.capacity_bytes / GIB:.0f} GiB")
+                    f"GPU, which has {format_number(smallest.capacity_bytes / GIB)} GiB")
         c = self.choice
         if c is self.best:
             cheaper = [p for p in self.placements if p.fits and COST_ORDER.index(p.kind) < COST_ORDER.index(c.kind)]

@@ -34,7 +34,7 @@ from cxlbench.training.configs import model_config, train_config
 from cxlbench.training.footprint import REDUCE_BUCKET_BYTES, hbm_need, hbm_parts
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Cluster, Prediction, Rates, Workload,
                                          activation_bytes, per_gpu, predict)
-from cxlbench.units import ceil_sig, format_count
+from cxlbench.units import ceil_sig, format_count, format_number
 
 HOSTS_FILE = Path(__file__).with_name("hosts.toml")
 GIB = 2**30
@@ -310,11 +310,11 @@ class WhatIf:
                 f"batch {self.batch} × seq {self.seq} per GPU"
                 + (f", {self.micro_steps} of them per optimizer step" if self.micro_steps > 1 else "")
                 + (", activations checkpointed" if self.recompute else "")
-                + f"; the optimizer state sharded over {c.gpus} GPUs"
+                + (f"; the optimizer state sharded over {c.gpus} GPUs" if c.gpus > 1 else "; the optimizer state unsharded (one GPU)")
                 + (f", ZeRO-3: the parameters too ({self.zero_why})" if self.zero == 3 else
                    f", ZeRO-2: the bf16 parameters whole on every GPU ({self.zero_why})")
                 + ("" if self.rows[1].device_bytes <= self.capacity_bytes else
-                   f"; no placement fits {self.capacity_bytes / GIB:.0f} GiB a GPU (offloaded, one needs "
+                   f"; no placement fits {format_number(self.capacity_bytes / GIB)} GiB a GPU (offloaded, one needs "
                    f"{self.rows[1].device_bytes / GIB:,.0f} GiB): every figure is priced as if it did"))
 
     @property
@@ -381,7 +381,7 @@ def _unfit(parts: dict[str, float], capacity: int, recompute: bool, zero: int, g
         ways.append("more GPUs, with --zero 3")
     first = f"fit it first: {', or '.join(ways)}" if ways else "nothing advise can vary fits it"
     return Need("both", "fit", None,
-                f"does not fit {capacity / GIB:.0f} GiB a GPU (needs {need / GIB:,.0f} GiB, activations "
+                f"does not fit {format_number(capacity / GIB)} GiB a GPU (needs {need / GIB:,.0f} GiB, activations "
                 f"{activations / GIB:,.0f} of it): no host rate makes it run, so none is named; {first}")
 
 
@@ -397,9 +397,9 @@ def _stage(zero: int | None, gpus: int, zero2_need: int, capacity: int) -> tuple
     if gpus == 1:
         return 2, "one GPU: nothing to shard the parameters over"
     if zero2_need <= capacity:
-        return 2, f"{zero2_need / GIB:,.0f} GiB a GPU with the state offloaded fits {capacity / GIB:.0f} GiB"
+        return 2, f"{zero2_need / GIB:,.0f} GiB a GPU with the state offloaded fits {format_number(capacity / GIB)} GiB"
     return 3, (f"ZeRO-2's whole bf16 copy would need {zero2_need / GIB:,.0f} GiB a GPU with the state offloaded, "
-               f"more than its {capacity / GIB:.0f} GiB")
+               f"more than its {format_number(capacity / GIB)} GiB")
 
 
 def _node_rates(gpu: GpuInputs, tier: HostTier, scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Rates:

@@ -123,13 +123,13 @@ def whatif_text(w) -> str:
              format_number(r.tokens_per_s), _pct(r.share), format_number(r.dpu_tokens_per_s), _pct(r.dpu_share),
              *(format_number(r.plain.terms.get(t)) for t in TERMS)]
             for r in w.rows]
-    heads = ["placement", "HBM need/GPU", "fits", f"tokens/s, {w.cluster.gpus} GPUs", "of all-HBM", "tokens/s DPU",
+    heads = ["placement", "HBM need/GPU", "fits", f"tokens/s, {w.cluster.gpus} GPU" + ("s" if w.cluster.gpus > 1 else ""), "of all-HBM", "tokens/s DPU",
              "with DPU",
              *(f"{term_label(t)} s" for t in TERMS)]
     lines += text_table(heads, rows, {1, *range(3, len(heads))})
     lines.append(held_text(w))
     if w.hbm.device_bytes > w.capacity_bytes:
-        lines.append(f"all-HBM does not fit {w.capacity_bytes / 2**30:.0f} GiB a GPU (needs "
+        lines.append(f"all-HBM does not fit {format_number(w.capacity_bytes / 2**30)} GiB a GPU (needs "
                      f"{w.hbm.device_bytes / 2**30:,.0f} GiB): it is the reference each share is taken of, as if it did")
     lines += ["", f"what must be true for {w.target * 100:g}% of all-HBM tokens/s:"]
     for r in w.rows[1:]:
