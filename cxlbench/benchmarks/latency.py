@@ -44,7 +44,7 @@ SHOW = Show(
                         column="idle latency", where={"pattern": "random", "chains": 1}, per=("page",),
                         pick="largest:working_set_bytes", digits=1),
                # the distribution of the same loop, and the machine's floor beside its tail
-               *(Headline(f"{name}, {{working_set_bytes}} working set, {{page}} pages", metric, column=name,
+               *(Headline(f"{name} of k-load blocks, {{working_set_bytes}} working set, {{page}} pages", metric, column=name,
                           where={"pattern": "random", "chains": 1}, per=("page",),
                           pick="largest:working_set_bytes", digits=1, floor=tails.FLOOR_OF.get(metric, ""))
                  for name, metric in (("p50", "p50_ns"), ("p99", "p99_ns"), ("p99.9", "p99_9_ns"),

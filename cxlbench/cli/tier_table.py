@@ -13,6 +13,7 @@ import pandas as pd
 
 from cxlbench.analysis.drift import drift_line
 from cxlbench.analysis.headlines import figures
+from cxlbench.benchmarks.tails import BLOCK_NS, K_MIN
 from cxlbench.results.schema import case_warnings
 from cxlbench.results.store import measured_whole
 from cxlbench.units import tier_order
@@ -39,10 +40,17 @@ def tier_summary(samples: pd.DataFrame, meta: dict[str, Any]) -> str:
                 for h in fam.get("headlines") or [] if fam["name"] in set(samples["benchmark"]))
     over = "repetitions (training: steady steps)" if steps else "repetitions"
     lines.append(f"median [min-max] over {over}; GB/s = 10^9 bytes/s")
+    if any("k-load blocks" in f.label for f in found):
+        lines.append(BLOCKS_LEGEND)
     lines.extend(precision_lines(meta))
     lines.extend([d] if (d := drift_line(samples, meta)) else [])
     return "\n".join(lines)
 
+
+#: What a tail of the chase is: the time of a block of loads, not of one load (tails.py says why)
+BLOCKS_LEGEND = (f"p50 … p99.9: ns per load of blocks of k dependent loads (k = {K_MIN} on memory, more where "
+                 f"loads are so fast a block would last under {BLOCK_NS} ns), each a block's mean: a load that "
+                 f"stalls 1 µs moves its block of {K_MIN} by {1000 / K_MIN:g} ns a load")
 
 #: a worst precision past this (±50%) says why it can be so loose
 LOOSE = 0.5

@@ -520,13 +520,14 @@ def metric_title(metric: str) -> str:
 
 
 def _percentile_title(metric: str) -> str:
-    """p99_9_ns -> "p99.9", floor_p99_ns -> "floor p99": the tail metrics' names read
-    as percentiles; any other metric its name with spaces."""
+    """p99_9_ns -> "p99.9 of k-load blocks", floor_p99_ns -> "floor p99 of k-load
+    blocks": the tail metrics are percentiles of blocks' means (benchmarks.tails), and
+    say so; any other metric its name with spaces."""
     m = re.fullmatch(r"(floor_)?p(\d+)(?:_(\d+))?_ns", metric)
     if not m:
         return metric.replace("_", " ")
     pct = m.group(2) + (f".{m.group(3)}" if m.group(3) else "")
-    return ("floor " if m.group(1) else "") + "p" + pct
+    return ("floor " if m.group(1) else "") + "p" + pct + " of k-load blocks"
 
 
 def _paired_charts(fam, show, maker, color_by, facet_by, names, allowed=None) -> list[dict[str, str]]:
