@@ -25,7 +25,9 @@ def rows(path) -> list[dict]:
         run = load_run(run_path)
         s = run.samples[run.samples["benchmark"] == "latency"]
         for case in run.meta["cases"]:
-            checks = (case.get("info") or {}).get("distribution") or []
+            info = case.get("info") or {}
+            checks = list(info.get("distribution") or []) + [       # every process's, not the first's alone
+                c for p in info.get("processes") or [] for c in (p.get("info") or {}).get("distribution") or []]
             for c in checks:
                 mine = s[(s["case_id"] == case["case_id"]) & (s["repetition"] == c["repetition"])]
                 metric = dict(zip(mine["metric"], mine["value"]))

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import cxlbench
+
 from tests.signals import default_dispositions
 
 from cxlbench.results.store import find_runs, load_run
@@ -170,6 +172,13 @@ def test_repetitions_spread_over_processes_are_numbered_across_them(tmp_path):
     cases = stored.meta["cases"]
     assert [c["samples"] for c in cases] == [5, 5]
     assert [p["repetitions"] for p in cases[0]["info"]["processes"]] == [[0, 1], [2, 3], [4, 4]]
+    # what a process leaves beside its samples (histograms, per-repetition records) is numbered alike
+    h = cxlbench.histograms(outcome.path)
+    assert sorted(h[h.i == 0].repetition) == [0, 1, 2, 3, 4]
+    info = cases[0]["info"]
+    records = info["distribution"] + [d for p in info["processes"][1:] for d in p["info"]["distribution"]]
+    assert sorted((d["repetition"], d["seed"]) for d in records) == [(g, g + 1) for g in range(5)]
+    assert "histograms" not in info and not any("histograms" in p.get("info", {}) for p in info["processes"])
     # interleaved: case 1's first process ran before case 0's second
     s = stored.samples
     first_of_1 = s[(s.i == 1) & (s.repetition == 0)].t_ns.iloc[0]

@@ -185,7 +185,7 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
                 found = {"page_bytes": chase.page_bytes_found, "huge_coverage": chase.huge_coverage}
                 _record(info, chase)
                 samples += loaded_latency.curve(chase, load, cpus, p, rep, found, env, info,
-                                                seed=case.seed(rep))
+                                                seed=case.seed(rep), first=case.first_repetition)
     return samples
 
 

@@ -171,15 +171,18 @@ def measure(case: Case, env: Env, info: dict) -> list[Sample]:
         with chase, load:
             found = placement_found(chase, load)
             samples += curve(chase, load, cpus, p, rep, found, env, info, seed=case.seed(rep),
-                             tails_too=True)
+                             first=case.first_repetition, tails_too=True)
     return samples
 
 
 def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env,
-          info: dict, extra: dict | None = None, *, seed: int, tails_too: bool = False) -> list[Sample]:
+          info: dict, extra: dict | None = None, *, seed: int, first: int = 0,
+          tails_too: bool = False) -> list[Sample]:
     """One repetition's points — idle, then every delay — on buffers already placed
     (any object with addr and length: a HostBuffer, an interleaved buffer); seed: the
-    chase's cycle (Case.seed(rep), distinct across processes). tails_too: each point's
+    chase's cycle (Case.seed(rep), distinct across processes); first: where this
+    process's repetitions start in the case's (Case.first_repetition), so that a
+    warning names the run's repetition, and two processes' drops stay two warnings. tails_too: each point's
     tail metrics and histogram as well (a family that declares tails.TAIL_METRICS)."""
     from cxlbench import _native
     reads, writes = parse_mix(p["mix"])
@@ -208,7 +211,7 @@ def curve(chase, load, cpus: list[int], p: dict, rep: int, found: dict, env: Env
             round(r["overhead_ns"], 2))
         if kept < MIN_KEPT or r["chase_steps"] == 0:
             info.setdefault("warnings", []).append(
-                f"repetition {rep}, delay {label}: only {r['windows_kept']} of {r['windows']} "
+                f"repetition {first + rep}, delay {label}: only {r['windows_kept']} of {r['windows']} "
                 f"sub-windows had every thread on its CPU (the machine is busy); point dropped")
             continue
         where = {**found, **(extra or {}), "delay": delay, "load_threads": len(threads)}

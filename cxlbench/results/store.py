@@ -279,15 +279,15 @@ class RunWriter:
 
 
 def histogram_rows(run_id: str, result: CaseResult, hists: list[dict]) -> list[dict[str, Any]]:
-    """One row per bucket; repetitions numbered as the run numbers them (a worker
-    numbers its own from 0), the case's parameters as columns as in the samples."""
+    """One row per bucket, repetitions as the records carry them (numbered across the
+    run's processes by runner.processes.renumber), the case's parameters as columns
+    as in the samples."""
     case = result.case
-    first = case.first_repetition
     rows = []
     for h in hists:
         head = {"run_id": run_id, "case_id": case.case_id, "benchmark": case.benchmark,
                 "initiator": case.initiator, "target": case.target, "tier_kind": case.tier_kind,
-                "repetition": h["repetition"] + first, "kind": h["kind"], "point": h.get("point", ""),
+                "repetition": h["repetition"], "kind": h["kind"], "point": h.get("point", ""),
                 "k": h["k"], "overhead_ns": h["overhead_ns"]}
         for lo, w, c in zip(h["lower_ns"], h["width_ns"], h["count"]):
             rows.append({**head, "lower_ns": lo, "width_ns": w, "count": c, **case.params})

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from cxlbench.results.schema import FAILED, OK, SKIPPED, CaseResult
+from cxlbench.results.store import HIST_KEY
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,20 @@ def estimate(case_estimate_s: float, piece: Slice) -> float:
     return share + (START_S if piece.processes > 1 else 0.0)
 
 
+#: The lists of per-repetition records a family leaves in its info (benchmarks.tails'
+#: histograms, latency's distribution checks), numbered by repetition as its samples are.
+PER_REPETITION = (HIST_KEY, "distribution")
+
+
 def renumber(result: CaseResult, first: int) -> CaseResult:
-    """A worker numbers its repetitions from 0; the run numbers them across processes."""
+    """A worker numbers its repetitions from 0; the run numbers them across processes,
+    in its samples and in the records its info keeps per repetition."""
     for s in result.samples:
         s.repetition += first
+    for key in PER_REPETITION:
+        for record in result.info.get(key) or []:
+            if isinstance(record, dict) and "repetition" in record:
+                record["repetition"] += first
     return result
 
 
