@@ -138,7 +138,7 @@ def test_run_report_sections(run_html):
     assert "cxlbench run --suite quick" in text and "gcc 12.2.0" in text
     assert "L1d" in text and "L3" in text                     # cache sizes marked on latency charts
     assert "idle latency (ns)" in text and "peak read (GB/s)" in text and "triad (GB/s)" in text
-    assert "loaded latency @80% (ns)" in text
+    assert "loaded latency @80% of peak (ns)" in text
     assert 'id="partial-banner"' not in text
 
 
@@ -146,7 +146,7 @@ def test_tier_summary_values(runs):
     summary = report.run_context(syn_load(runs[0]))["summary"]
     titles = [f"{c['title']} ({c['unit']})" for c in summary["columns"]]
     assert titles == ["idle latency (ns)", "peak read (GB/s)", "peak triad (GB/s)",
-                      "loaded latency @80% (ns)", "write penalty (×)"]   # the families' headlines, then derived
+                      "loaded latency @80% of peak (ns)", "write penalty (×)"]   # the families' headlines, then derived
     rows = {r["name"]: dict(zip(titles, r["cells"])) for r in summary["rows"]}
     assert list(rows) == ["ddr0", "cxl2"]
     ddr_idle = float(rows["ddr0"]["idle latency (ns)"]["value"].replace(",", ""))
@@ -154,13 +154,35 @@ def test_tier_summary_values(runs):
     assert 100 < ddr_idle < 200 and cxl_idle > 2 * ddr_idle      # the model: 110 ns (+TLB) vs 260 ns
     assert "512MiB working set, 4k pages" in rows["ddr0"]["idle latency (ns)"]["note"]
     assert float(rows["ddr0"]["peak read (GB/s)"]["value"]) > float(rows["ddr0"]["peak triad (GB/s)"]["value"])
-    assert "of peak" in rows["cxl2"]["loaded latency @80% (ns)"]["note"]
+    assert "80% of its" in rows["cxl2"]["loaded latency @80% of peak (ns)"]["note"]
     assert rows["ddr0"]["write penalty (×)"] is None             # no write_penalty benchmark here
     # The page turns it: a row per figure, a cell per tier in the tiers' order; a
     # figure no tier has is not a row of dashes.
     shown = {f"{f['title']} ({f['unit']})": f["cells"] for f in summary["figures"]}
     assert list(shown) == [t for t in titles if t != "write penalty (×)"]
     assert shown["idle latency (ns)"] == [rows["ddr0"]["idle latency (ns)"], rows["cxl2"]["idle latency (ns)"]]
+
+
+def test_the_loaded_latency_cell_reads_the_nearest_curve_at_80_percent_of_its_own_peak():
+    """Two initiators' curves on one tier: the far one peaks lower and sits higher. The
+    cell is the near curve's latency at 80% of the near curve's peak, interpolated;
+    pooled, the far curve's point nearest 80% of the near peak had been the figure."""
+    results = []
+    for initiator, idle, peak in (("cpu:node0", 100.0, 20.0), ("cpu:node1", 180.0, 10.0)):
+        for threads, bw, lat in ((0, 0.0, idle), (8, peak * 0.5, idle * 1.2), (8, peak * 0.9, idle * 2.0),
+                                 (8, peak, idle * 3.0)):
+            p = {"delay": 0 if threads == 0 else int(1000 * (1 - bw / peak)) + 1, "load_threads": threads,
+                 "mix": "read", "page": "4k"}
+            results.append(syn.case_result("loaded_latency", "ddr0", p, {"latency_ns": [lat] * 3,
+                                                                         "bandwidth_GBps": [bw] * 3},
+                                           initiator=initiator))
+    summary = report.run_context(syn.make_run(results))["summary"]
+    row = next(r for r in summary["rows"] if r["name"] == "ddr0")
+    title = [c["title"] for c in summary["columns"]].index("loaded latency @80% of peak")
+    cell = row["cells"][title]
+    # near curve: 80% of 20 = 16 GB/s, between (10, 120) and (18, 200): 120 + 6/8 × 80 = 180
+    assert float(cell["value"]) == pytest.approx(180.0, rel=0.01)
+    assert "cpu:node0" in cell["note"] and "of its 20.0 GB/s peak" in cell["note"]
 
 
 def syn_load(path):

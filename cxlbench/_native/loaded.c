@@ -34,6 +34,7 @@ struct load_thread {
     _Alignas(64) struct loaded_ctx *ctx;
     uintptr_t lo, hi;
     uint64_t sum;
+    uint64_t cpu_at;                  /* the chase thread's: this thread's CPU clock at the last look */
     pthread_t tid;
 };
 
@@ -176,16 +177,27 @@ static uint64_t load_lines(const struct loaded_ctx *x)
     return n;
 }
 
-/* CPU time the load threads have had so far, summed. */
-static uint64_t load_cpu(const struct loaded_ctx *x)
+/* Whether every load thread had SHARE_PCT of `wall` on its CPU since the last
+ * look, each by its own CPU clock (a sum would let one thread's absence hide
+ * behind the others' full share: of 8, one could be off its CPU 40% of the
+ * window); their CPU time since then is added to *cpu. A thread whose clock
+ * cannot be read is not known to have held its CPU. */
+static int loads_held(struct loaded_ctx *x, uint64_t wall, uint64_t *cpu)
 {
-    uint64_t n = 0;
+    int all = 1;
     for (size_t i = 0; i < x->nload; i++) {
         clockid_t id;
-        if (pthread_getcpuclockid(x->load[i].tid, &id) == 0)
-            n += cb_clock_ns(id);
+        if (pthread_getcpuclockid(x->load[i].tid, &id) != 0) {
+            all = 0;
+            continue;
+        }
+        uint64_t now = cb_clock_ns(id), d = now - x->load[i].cpu_at;
+        x->load[i].cpu_at = now;
+        *cpu += d;
+        if (d * 100 < SHARE_PCT * wall)
+            all = 0;
     }
-    return n;
+    return all;
 }
 
 static void chase_chunk(uintptr_t *p, size_t n, unsigned steps)
@@ -255,10 +267,11 @@ static void *chase_worker(void *arg)
     struct cb_loaded_result *r = &x->result;
     r->k = x->k;
     r->overhead_ns = x->k ? cb_block_overhead_ns() : 0;
-    const uint64_t limit = x->limit_ns, need_load_cpu = SHARE_PCT * x->nload;
-    uint64_t begin = cb_now_ns();
-    uint64_t c0 = cb_thread_cpu_ns(), l0 = load_cpu(x), n0 = load_lines(x);
-    uint64_t tn0 = cb_now_ns(), t0 = tn0;
+    const uint64_t limit = x->limit_ns;
+    uint64_t begin = cb_now_ns(), unused = 0;
+    loads_held(x, 0, &unused);         /* each load thread's clock, from here */
+    uint64_t n0 = load_lines(x);
+    uint64_t tn0 = cb_now_ns(), t0 = tn0, c0 = cb_thread_cpu_ns();
     while (r->chase_ns < x->duration_ns && t0 - begin < limit) {
         uint64_t steps, t1;
         unsigned nb = 0;
@@ -266,18 +279,18 @@ static void *chase_worker(void *arg)
             t1 = timed_window(p, x->k, t0, stage, &nb), steps = (uint64_t)nb * x->k;
         else
             t1 = untimed_window(p, x->nheads, t0, &steps);
+        uint64_t c1 = cb_thread_cpu_ns();  /* beside t1, as c0 beside t0: the same span */
         uint64_t n1 = load_lines(x), tn1 = cb_now_ns();
-        uint64_t c1 = cb_thread_cpu_ns(), l1 = load_cpu(x);
-        uint64_t wall = t1 - t0, lwall = tn1 - tn0;
-        int kept = (c1 - c0) * 100 >= SHARE_PCT * wall &&
-                   (x->nload == 0 || (l1 - l0) * 100 >= need_load_cpu * lwall);
+        uint64_t wall = t1 - t0, lwall = tn1 - tn0, lcpu = 0;
+        int loads_ok = loads_held(x, lwall, &lcpu);
+        int kept = (c1 - c0) * 100 >= SHARE_PCT * wall && (x->nload == 0 || loads_ok);
         r->windows++;
         r->all_chase_ns += wall;
         r->all_chase_steps += steps;
         r->all_load_ns += lwall;
         r->all_load_lines += n1 - n0;
         r->chase_cpu_ns += c1 - c0;
-        r->load_cpu_ns += l1 - l0;
+        r->load_cpu_ns += lcpu;
         if (kept) {
             r->windows_kept++;
             r->chase_ns += wall;
@@ -287,11 +300,10 @@ static void *chase_worker(void *arg)
             for (unsigned i = 0; i < nb; i++)
                 cb_hist_add(&r->hist, stage[i]);
         }
-        c0 = c1;
-        l0 = l1;
         n0 = n1;
         tn0 = tn1;
         t0 = cb_now_ns();      /* the clock reads above are in no chase sub-window */
+        c0 = cb_thread_cpu_ns();
     }
     r->load_bytes = (double)r->load_lines * cb_line_op_bytes(x->op);
     __atomic_store_n(&x->stop, 1, __ATOMIC_RELAXED);
@@ -345,6 +357,7 @@ int cb_loaded(const uintptr_t *heads, size_t nheads, int chase_cpu, const struct
         t->lo = load_buf + i * nlines / nload * CB_LINE;
         t->hi = load_buf + (i + 1) * nlines / nload * CB_LINE;
         t->sum = 0;
+        t->cpu_at = 0;
         err = cb_start_pinned(&t->tid, load_cpus[i], load_worker, t);
         if (err)
             break;

@@ -7,7 +7,7 @@ One CPU of the initiator chases a random cycle over `working_set_bytes`; the
 written with full-line stores, `nt` non-temporal), waiting `delay` units after
 every line. The delays are MLC's list (0 … 20000); a unit is one iteration of
 an empty loop, about a core cycle (each case's info has the ns it took here).
-Both figures of a point come from the same ~1 ms sub-windows, kept only when
+Both figures of a point come from the same 250 µs sub-windows, kept only when
 every thread had its CPU (see cxlbench/_native/loaded.c): `latency_ns` (ns per
 dependent load) and `bandwidth_GBps` (what the load threads moved, counted as
 STREAM counts: no write-allocate). The idle point is `load_threads` 0 (no load
@@ -35,7 +35,10 @@ NAME = "loaded_latency"
 METRICS = metrics(Metric("latency_ns", "ns", "lower"), Metric("bandwidth_GBps", "GB/s", "higher"),
                   *tails.TAIL_METRICS)
 SHOW = Show("Loaded latency", "Pointer-chase latency while load threads stream to the same tier at "
-            "decreasing injection delays: latency against the bandwidth achieved.",
+            "decreasing injection delays: latency against the bandwidth achieved. The bandwidth is the bytes "
+            "the load threads' instructions read and wrote (STREAM's counting): a store's write-allocate read "
+            "is not counted, so at a 2:1 mix the memory moved a third more than shown (4 lines for 3: two reads, "
+            "the store's write-allocate read and its write-back), twice as much at a write mix without nt stores.",
             facets=("mix",), pair=("bandwidth_GBps", "latency_ns"))
 
 

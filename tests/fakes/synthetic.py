@@ -168,10 +168,10 @@ def suite_results(rng: np.random.Generator, *, noise: float = 0.02, repetitions:
                     kind, sample_params=lambda rep, i: {"page_bytes": 4096, "huge_coverage": 0.0,
                                                         "iteration": i}))
         if loaded:
-            for delay in (0, 50, 200, 1000, 5000, 20000):
-                p = {"delay_cycles": delay, "mix": "read"}
+            for delay in (None, 0, 50, 200, 1000, 5000, 20000):      # None: the idle point
+                p = {"delay": delay or 0, "load_threads": 0 if delay is None else 8, "mix": "read", "page": "4k"}
                 c = Case("loaded_latency", "cpu:node0", t, kind, p)
-                load = 1.0 / (1.0 + delay / 400.0)
+                load = 0.0 if delay is None else 1.0 / (1.0 + delay / 400.0)
                 bw = bandwidth_model(8, "read", kind) * load
                 lat = latency_model(GiB, kind) * (1 + 2.5 * load ** 3)
                 out.append(case_result("loaded_latency", t, p, {
