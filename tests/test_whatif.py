@@ -222,6 +222,7 @@ def test_the_seed_question_prints_four_tiers_both_compositions_and_what_must_be_
     assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, urls
     assert "<svg" in html and "Modelled, not measured" in html and 'id="whatif-needs"' in html
     assert "ddr, with DPU" in html and 'id="whatif-published"' in html
+    assert "All-HBM does not fit 79.6 GiB a GPU" in html          # the GPU's own figure, as the terminal's
 
 
 def test_a_profile_file_of_ones_own_is_read_like_an_entry(tmp_path, capsys):
