@@ -201,17 +201,23 @@ def github_action_benchmark_list(run: Run, tool: str) -> list[dict[str, Any]]:
     refused (ResultsError): the action fails on an empty file."""
     from cxlbench.analysis.stats import median_ci
     want = GAB_TOOLS[tool]
-    out = []
+    out, left = [], []
     points = points_of(run)
     for p in points:
         first = p["first"]
         if str(first["better"]) != want:
+            continue
+        if want == "higher" and not statistics.median(p["values"]) > 0:
+            left.append(p["name"])         # loaded latency's idle point: no load, 0 GB/s by construction
             continue
         lo, hi, cover = median_ci(p["values"])
         out.append({"name": p["name"], "unit": str(first["unit"]), "value": statistics.median(p["values"]),
                     "range": f"{lo:.6g} to {hi:.6g} ({cover:.0%} interval)" if math.isfinite(lo) else "",
                     "extra": f"{len(p['values'])} repetitions; case {first['case_id']}; run {first['run_id']}"
                              + ("" if run.meta.get("status") == "complete" else f" ({run.meta.get('status')})")})
+    if left:
+        print(f"cxlbench: note: {len(left)} point(s) left out, a higher-is-better figure of 0 or less is no "
+              "rate to track: " + "; ".join(left[:3]) + (" ..." if len(left) > 3 else ""), file=sys.stderr)
     if not out:             # github-action-benchmark fails its step on an empty list ("No benchmark result")
         other = next(t for t in GAB_TOOLS if t != tool)
         where = f" (its figures go with {other})" if points else " (it holds no figure of a case measured whole)"

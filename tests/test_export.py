@@ -30,7 +30,9 @@ def test_file_shape(exported):
     data = json.loads(out.read_text())
     assert {"machine_info", "commit_info", "benchmarks", "datetime", "version"} <= set(data)
     b = data["benchmarks"]
-    assert len(b) == 3 + 2 + 12                       # latency points, bandwidth, loaded (6 × 2 metrics)
+    # latency points, bandwidth, loaded: 7 latencies and 6 bandwidths (the idle point's 0 GB/s has no time a GB)
+    assert len(b) == 3 + 2 + 7 + 6
+    assert len(data["machine_info"]["cxlbench"]["left_out"]) == 1
     first = b[0]
     assert {"group", "name", "fullname", "params", "param", "extra_info", "options", "stats"} <= set(first)
     assert first["stats"]["rounds"] == 5 and first["stats"]["iterations"] == 3
@@ -116,6 +118,8 @@ def test_github_action_benchmark_files_carry_unit_and_direction(tmp_path):
         assert set(x) == {"name", "unit", "value", "range", "extra"} and x["value"] > 0
         assert "repetitions" in x["extra"]
     assert not {x["name"] for x in bigger} & {x["name"] for x in smaller}
+    assert not any("load_threads=0" in x["name"] for x in bigger)    # the idle point's 0 GB/s is no rate
+    assert any("load_threads=0" in x["name"] for x in smaller)       # ... its latency is a figure
 
 
 def test_export_refuses_an_unknown_format_in_one_line(tmp_path, capsys):
