@@ -33,6 +33,23 @@ def statuses(outcome):
     return [(r.case.params["mode"], r.status) for r in outcome.results]
 
 
+def test_a_run_in_which_every_case_failed_exits_non_zero_with_the_reason(tmp_path, capsys):
+    """A run that measured nothing (every worker refused to start under a low file
+    limit, every pin refused in a cpuset) had ended 'run complete', exit 0: a CI job
+    passed on it."""
+    from cxlbench.cli.main import main
+    out = tmp_path / "r"
+    code = main(["run", "--suite", suite_file(tmp_path, ["raise", "raise", "skip"], repetitions=1),
+                 "--out", str(out), "--no-report"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1].startswith("cxlbench: error: the run measured no case: 2 of 3 cases:")
+    assert "the kernel refused" in err[-1]
+    assert load_run(next(out.glob("*/*"))).status == "complete"        # what was recorded stays
+    ok = main(["run", "--suite", suite_file(tmp_path, ["raise", "ok"], repetitions=1), "--out", str(out),
+               "--no-report"])
+    assert ok == 0                                                     # one case measured: the run stands
+
+
 def test_crashes_errors_and_skips_cost_one_case_each(tmp_path):
     modes = ["ok", "crash", "segfault", "raise", "skip", "ok"]
     outcome = run(RunConfig(suite_file(tmp_path, modes, repetitions=3), out=str(tmp_path / "r")))

@@ -186,6 +186,10 @@ def warnings(meta: dict[str, Any]) -> list[str]:
         out.append(f"Transparent huge pages: {thp} — only buffers that ask (madvise) get huge pages.")
     if env.get("governor") and env["governor"] != "performance":
         out.append(f"CPU frequency governor is {env['governor']!s}, not performance: clocks may move between runs.")
+    if env.get("allowed_cpus"):
+        out.append(f"This process could run only on CPUs {env['allowed_cpus']} (taskset or a cpuset): each "
+                   "node's figures are from its allowed CPUs, thread counts above them were not planned, and a "
+                   "node with none was skipped.")
     if env.get("numa_balancing"):
         out.append("Automatic NUMA balancing is on: the kernel may migrate pages during a case.")
     if env.get("demotion_enabled"):

@@ -52,6 +52,7 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         find_max: bool = False, precision: str | None = None, configuration: str | None = None,
         wait: bool = True) -> int:
     from cxlbench.cli.tier_table import tier_summary, warning_lines
+    from cxlbench.results.schema import OK
     from cxlbench.results.store import load_run
     from cxlbench.runner.run import RunConfig, prepare, run as run_suite
 
@@ -88,12 +89,17 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
     run_ = load_run(outcome.path)
     print(tier_summary(run_.samples, run_.meta))
     cases = run_.cases()
+    cases = cases[cases.benchmark != "sentinel"]          # the drift probes are not the suite's cases
     for status in ("skipped", "failed"):
         n = int((cases.status == status).sum())
         if n:
             print(f"{n} case(s) {status}; reasons are in run.json and the report")
     for line in warning_lines(run_.meta):
         print(line)
+    allowed = (run_.meta.get("environment") or {}).get("allowed_cpus")
+    if allowed:
+        print(f"warning: this process could run only on CPUs {allowed} (taskset or a cpuset): each node was "
+              f"measured from its allowed CPUs alone")
     print(f"run {outcome.status}: {outcome.path}")
     if outcome.stored:
         print(f"stored: {outcome.stored}")
@@ -102,7 +108,20 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         print(f"report: {render([outcome.path])}")
     if outcome.stored and outcome.status == "complete":
         _remove_staging(Path(outcome.path))
+    if outcome.status == "complete" and not any(r.status == OK for r in outcome.results):
+        # every case failed or was skipped: a CI job must not pass on a run that measured nothing
+        print(f"cxlbench: error: the run measured no case: {_why_none(outcome.results)}", file=sys.stderr)
+        return 1
     return 0 if outcome.status == "complete" else 130
+
+
+def _why_none(results) -> str:
+    """The most common reason the cases gave, with how many gave it."""
+    reasons: dict[str, int] = {}
+    for r in results:
+        reasons[r.reason or r.status] = reasons.get(r.reason or r.status, 0) + 1
+    reason, n = max(reasons.items(), key=lambda kv: kv[1])
+    return f"{n} of {len(results)} cases: {reason}"
 
 
 def _remove_staging(run_dir: Path) -> None:

@@ -22,7 +22,7 @@ from cxlbench.runner import ecc, lock, processes, sentinels
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.suite import SuiteError, families, load_suite, with_find_max
 from cxlbench.runner.worker import Installation, run_case
-from cxlbench.topology import classify_tiers, initiators, read_machine
+from cxlbench.topology import allowed_cpus, classify_tiers, initiators, read_machine
 from cxlbench.topology.nodes import NO_NODES
 from cxlbench.settings import refused
 
@@ -73,9 +73,12 @@ SCHEDULER_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_CLUSTER_NAME", "
 
 
 def build_env(root: str, declarations: list[str], suite: dict | None = None) -> Env:
+    """The machine at `root` as this process may use it: on the live machine ("/"),
+    each node's initiator holds only the CPUs its affinity allows (a fixture tree's
+    CPUs are not this process's to check)."""
     machine = read_machine(root)
     tiers = classify_tiers(machine, declarations)
-    inits = initiators(machine)
+    inits = initiators(machine, allowed_cpus(machine) if root == "/" else None)
     return Env(machine, {t.name: t for t in tiers}, {i.name: i for i in inits}, suite or {}, root)
 
 
@@ -93,6 +96,12 @@ def plan_suite(suite: dict, env: Env) -> list[Planned]:
                 raise SuiteError(f"{ref} plans a case with parameter {taken[0]!r}, a name the results' "
                                  f"own columns have; a family names its parameters otherwise")
             planned.append(p)
+    for p in planned:
+        init = env.initiators.get(p.case.initiator)
+        if init is not None and init.kind == "cpu" and not init.cpus and not p.skip:
+            p.skip = (f"no CPU of node {init.node} is allowed to this process (it may run on CPUs "
+                      f"{env.machine.environment.allowed_cpus}: taskset or a cpuset); measured from "
+                      f"elsewhere, it would not be {init.name}'s figure")
     seen: dict[str, Planned] = {}
     for p in planned:
         first = seen.setdefault(p.case.case_id, p)

@@ -12,12 +12,12 @@ from .nodes import read_nodes
 from .read import read_machine
 from .serialize import jsonable, machine_from_dict, machine_to_dict
 from .block_devices import block_device_for
-from .tiers import classify_tiers, initiators, parse_tier_declaration
+from .tiers import allowed_cpus, classify_tiers, initiators, parse_tier_declaration
 from .view import format_topology
 
 __all__ = [
     "read_machine", "read_nodes", "block_device_for",
-    "classify_tiers", "initiators", "parse_tier_declaration",
+    "allowed_cpus", "classify_tiers", "initiators", "parse_tier_declaration",
     "run_checks", "doctor_exit_code", "format_checks", "Check",
     "format_topology", "machine_to_dict", "machine_from_dict", "jsonable",
     "BlockDevice", "Cache", "Cpu", "CxlMemdev", "CxlRegion", "EdacController", "Environment", "Gpu",

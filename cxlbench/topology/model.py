@@ -148,6 +148,9 @@ class Environment:
     bios_version: str | None = None   # firmware strings: a history marks where they change
     bios_date: str | None = None
     microcode: str | None = None
+    # The CPUs this process may run on, where that is fewer than the machine's (taskset,
+    # a container's cpuset), as a list ("1,3-4"); None: all of them
+    allowed_cpus: str | None = None
 
 
 @dataclass

@@ -153,10 +153,26 @@ def classify_tiers(machine: Machine, declarations=()) -> list[Tier]:
     return tiers
 
 
-def initiators(machine: Machine) -> list[Initiator]:
-    """The CPUs of each node that has some, then each GPU."""
-    cpus = [Initiator(name=f"cpu:node{n.id}", kind="cpu", node=n.id, cpus=list(n.cpus))
+def initiators(machine: Machine, allowed: set[int] | None = None) -> list[Initiator]:
+    """The CPUs of each node that has some, then each GPU. `allowed`: the CPUs this
+    process may run on (allowed_cpus); a node's initiator holds only those, none if
+    none of its CPUs is allowed (its cases are then skipped, not run elsewhere)."""
+    cpus = [Initiator(name=f"cpu:node{n.id}", kind="cpu", node=n.id,
+                      cpus=[c for c in n.cpus if allowed is None or c in allowed])
             for _, n in sorted(machine.nodes.items()) if n.has_cpu]
     gpus = [Initiator(name=f"gpu:{g.index}", kind="gpu", node=g.numa_node, gpu=g.index)
             for g in machine.gpus]
     return cpus + gpus
+
+
+def allowed_cpus(machine: Machine) -> set[int] | None:
+    """The machine's CPUs this process may run on, where that is not all of them
+    (taskset, a container's cpuset), recorded on the machine's environment; None
+    when every CPU is. Pinning a worker to a CPU outside it would either fail or,
+    as root, quietly run where the user said not to."""
+    every = {c for n in machine.nodes.values() for c in n.cpus}
+    mine = set(os.sched_getaffinity(0)) & every
+    if not every or mine == every:
+        return None
+    machine.environment.allowed_cpus = format_cpulist(sorted(mine))
+    return mine
