@@ -87,6 +87,18 @@ def test_a_run_that_could_not_write_its_folder_is_refused_before_waiting(holder,
     assert "waiting" not in err[0]
 
 
+def test_a_run_whose_report_cannot_be_written_is_refused_before_it_measures(tmp_path, capsys, monkeypatch):
+    """With a file named `reports` where the run starts, the run had measured every case
+    and then ended 'reports: File exists', exit 2."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports").write_text("not a folder")
+    out = tmp_path / "results"
+    code = main(["run", "--suite", _suite(tmp_path), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "reports is a file here" in err[0] and "--no-report" in err[0]
+    assert not out.exists()                     # refused before anything was measured
+
+
 def test_an_ab_session_that_could_not_write_its_folder_is_refused_before_waiting(holder, tmp_path, capsys,
                                                                                   unwritable):
     suite = _suite(tmp_path)

@@ -121,6 +121,24 @@ def test_interrupted_run_keeps_what_finished_and_loads_as_partial(tmp_path, sig)
         assert stored.meta.get("interrupted") is True and proc.returncode == 128 + sig
 
 
+def test_a_second_ctrl_c_while_the_first_is_handled_does_not_break_off_the_runs_closing(tmp_path):
+    """An impatient second Ctrl-C had landed in the closing (the worker's end, the
+    samples' merge) and left run.json 'running', its samples unmerged."""
+    out = tmp_path / "r"
+    proc = _cli("run", "--suite", suite_file(tmp_path, ["ok", "hang", "ok"], repetitions=3),
+                "--out", str(out), "--no-report", cwd=tmp_path)
+    _wait_for_cases(out, 1)
+    time.sleep(0.3)
+    for _ in range(4):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.02)
+    _, err = proc.communicate(timeout=30)
+    [path] = find_runs(out)
+    stored = load_run(path)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert stored.status == "partial" and (Path(path) / "samples.parquet").exists()
+
+
 def test_a_run_whose_log_reader_leaves_measures_to_the_end(tmp_path):
     """`cxlbench run ... 2>&1 | head -2` in a CI job: the progress has nowhere to go
     once head exits, and the run goes on measuring to its end, complete."""

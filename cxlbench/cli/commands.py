@@ -60,6 +60,8 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
     out_path = Path(out)
     if out_path.exists() and not out_path.is_dir():
         raise UserError(f"--out {out} is a file, not a results directory")
+    if with_report and not list_only:
+        _report_writable()
     from cxlbench.analysis import ThresholdError
     from cxlbench.analysis.reduction import case_precision
     from cxlbench.analysis.thresholds import parse_fraction
@@ -122,6 +124,19 @@ def _why_none(results) -> str:
         reasons[r.reason or r.status] = reasons.get(r.reason or r.status, 0) + 1
     reason, n = max(reasons.items(), key=lambda kv: kv[1])
     return f"{n} of {len(results)} cases: {reason}"
+
+
+def _report_writable() -> None:
+    """Refused before measuring: the report is written after the run, which would end
+    with a bare 'File exists' minutes later."""
+    from cxlbench.report import DEFAULT_DIR
+    from cxlbench.results.store import unwritable
+    if DEFAULT_DIR.exists() and not DEFAULT_DIR.is_dir():
+        raise UserError(f"{DEFAULT_DIR} is a file here, and the report goes in {DEFAULT_DIR}/: move it, run from "
+                        "another folder, or pass --no-report")
+    cannot = unwritable(DEFAULT_DIR / "report.html")
+    if cannot:
+        raise UserError(f"the report cannot be written: {cannot}; run from another folder, or pass --no-report")
 
 
 def _remove_staging(run_dir: Path) -> None:

@@ -39,7 +39,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
         errors += [ResultsError, SuiteError, Busy, MachineReadError]
         from cxlbench.memory import PlacementError
         errors.append(PlacementError)
-    except (ImportError, MemoryError):
+    except (ImportError, MemoryError, OSError):     # OSError: no file left to import with (ulimit -n)
         pass
     return tuple(errors)
 
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                   "finished so far are on disk", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
-            name = f" by {signal.Signals(stop.signal).name}" if stop.signal else ""
+            name = f" by {signal.Signals(stop.signal).name}" if stop.signal not in (None, signal.SIGINT) else ""
             print(f"cxlbench: interrupted{name}", file=sys.stderr)
             return 128 + (stop.signal or signal.SIGINT)
 

@@ -93,8 +93,10 @@ class Stop:
     signal: int | None = None
 
 
-#: the signals a scheduler, a CI runner or a closed terminal send to end a command
-ENDING = (signal.SIGTERM, signal.SIGHUP)
+#: the signals a scheduler, a CI runner, a closed terminal or Ctrl-C send to end a command;
+#: a second one while the first is handled is let go (a second Ctrl-C had broken off the
+#: run's closing and left it 'running', its samples unmerged)
+ENDING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 @contextlib.contextmanager
@@ -108,7 +110,8 @@ def standing():
     sys.stderr = ReaderMayLeave(streams[1], notes_only=True)
 
     def stopped(signum, _frame):
-        if stop.signal is not None:     # a second one (TERM then HUP): the first is being handled
+        if stop.signal is not None:     # a second one (a second Ctrl-C, TERM then HUP): the first is
+            os.write(2, b"cxlbench: still writing what finished; Ctrl-\\ abandons it\n")   # being handled
             return
         stop.signal = signum
         raise Stopped()
@@ -123,6 +126,9 @@ def standing():
     try:
         yield stop
     finally:
+        # Stopped, the process ends with the first signal's status: later ones are ignored,
+        # by SIG_IGN, which the interpreter's exit leaves in place (a Python handler it
+        # resets to the default there, and a last Ctrl-C then killed it with SIGINT)
         for s, handler in before.items():
-            signal.signal(s, handler)
+            signal.signal(s, handler if stop.signal is None else signal.SIG_IGN)
         sys.stdout, sys.stderr = streams
