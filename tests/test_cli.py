@@ -293,6 +293,24 @@ def test_a_process_that_cannot_start_threads_is_told_so_before_anything_runs():
     assert said.startswith("this process cannot start 16 threads (") and "ulimit -u" in said
 
 
+def test_an_import_that_never_ends_under_an_address_space_limit_is_one_line_not_a_hang(tmp_path, monkeypatch):
+    """At ulimit -v 380000 scipy's OpenBLAS retried a buffer it could not map forever,
+    deaf to SIGTERM. The probe imports in a child it kills past its time; here a module
+    that sleeps stands in for OpenBLAS, and a finite limit is reported."""
+    import resource
+    import sys
+    from cxlbench.cli import preflight
+    (tmp_path / "never_loads.py").write_text("import time\ntime.sleep(30)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(preflight, "REQUIRED", ("never_loads",))
+    monkeypatch.setattr(preflight, "IMPORT_S", 0.5)
+    assert preflight.imports_hang() is None or resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (380000 << 10, resource.RLIM_INFINITY))
+    said = preflight.imports_hang()
+    assert said.startswith("importing numpy, pandas, pyarrow and scipy did not finish within 0.5 s")
+    assert "ulimit -v 380000 KiB" in said and "never_loads" not in sys.modules
+
+
 def test_the_thread_probe_leaves_the_command_s_address_space_as_it_was():
     """Sixteen threads' malloc arenas outlive them: probed in this process, they took it
     from 13 MiB to 1 GiB of address space, enough to fail a command under ulimit -v."""

@@ -90,6 +90,42 @@ def _threads_started() -> int:
     return len(started)
 
 
+def imports_hang() -> str | None:
+    """Under an address-space limit (ulimit -v), whether what every command imports
+    loads: at about 370 MiB scipy's OpenBLAS retried a failed 32 MiB buffer forever at
+    import, deaf to SIGTERM (just above or below, the import failed and said so). Tried
+    in a child that is killed past IMPORT_S; nothing is probed without such a limit."""
+    import resource
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        pid = os.fork()
+    except OSError as e:
+        return f"this process cannot start another ({e.strerror}): {_RAISE}"
+    if pid == 0:
+        try:
+            for name in REQUIRED:
+                importlib.import_module(name)
+            importlib.import_module("scipy.stats")
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    deadline = time.monotonic() + IMPORT_S
+    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return (f"importing numpy, pandas, pyarrow and scipy did not finish within {IMPORT_S:g} s under this "
+                    f"address-space limit (ulimit -v {soft // 1024} KiB; OpenBLAS retries a buffer it cannot map "
+                    "forever): raise the limit, or lift it (ulimit -v unlimited)")
+        time.sleep(0.01)
+    return None        # loaded, or failed: the command's own import then says why, in one line
+
+
+IMPORT_S = 20.0
+
+
 def cannot_start() -> str | None:
     """Why no command can start here, in one line (None when one can)."""
-    return missing_directory() or missing_requirements() or too_few_threads()
+    return missing_directory() or missing_requirements() or too_few_threads() or imports_hang()
