@@ -112,7 +112,7 @@ def imports_hang() -> str | None:
             os._exit(1)
         os._exit(0)
     deadline = time.monotonic() + IMPORT_S
-    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+    while not os.waitpid(pid, os.WNOHANG)[0]:
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
