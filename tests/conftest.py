@@ -49,6 +49,17 @@ def _writes_nothing_into_the_work_tree(request):
                     pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def _cpus_as_they_were():
+    """A family measured in this process pins it (latency to the initiator's first
+    CPU): put back after each test, or every later test runs on one CPU and a run
+    built here sees only that one allowed (topology.allowed_cpus)."""
+    before = os.sched_getaffinity(0)
+    yield
+    if os.sched_getaffinity(0) != before:
+        os.sched_setaffinity(0, before)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _own_measurement_lock(tmp_path_factory):
     """The tests' runs take the measurement lock (runner/lock.py) like any run, but

@@ -20,7 +20,7 @@ from cxlbench.cli import commands
 from cxlbench.cli.argtypes import fraction, machine_root, out_file, results_dir, seconds, whole
 from cxlbench.cli.commands import UserError
 from cxlbench.cli.preflight import REPORT_ONLY, cannot_start
-from cxlbench.cli.streams import prepare_streams, standing
+from cxlbench.cli.streams import ENDING, prepare_streams, standing
 
 
 DESCRIPTION = "cxlbench commands: measure memory tiers, report, compare and gate"   # -OO strips __doc__
@@ -273,5 +273,21 @@ def _command(args: argparse.Namespace) -> int:
     return int(args.func(args) or 0)
 
 
+def entry() -> None:
+    """The console script: main(), then the exit. A command stopped by a signal ends
+    with that signal's status, and ignores the ones after it from here: the
+    interpreter's exit resets Python's handlers to the default, and a last Ctrl-C had
+    killed it there (status -2, not 130). Only the exiting process does this: main()
+    called in another program leaves its dispositions as they were."""
+    try:
+        code = main()
+    except KeyboardInterrupt:          # one that came as main() put its handlers back
+        code = 128 + signal.SIGINT
+    if code > 128:
+        for s in ENDING:
+            signal.signal(s, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -126,9 +126,6 @@ def standing():
     try:
         yield stop
     finally:
-        # Stopped, the process ends with the first signal's status: later ones are ignored,
-        # by SIG_IGN, which the interpreter's exit leaves in place (a Python handler it
-        # resets to the default there, and a last Ctrl-C then killed it with SIGINT)
         for s, handler in before.items():
-            signal.signal(s, handler if stop.signal is None else signal.SIG_IGN)
+            signal.signal(s, handler)
         sys.stdout, sys.stderr = streams
