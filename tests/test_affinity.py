@@ -12,6 +12,7 @@ from cxlbench.analysis.machine import warnings
 from cxlbench.runner.run import build_env, plan_suite
 from cxlbench.runner.suite import load_suite
 from cxlbench.topology import allowed_cpus, initiators
+from cxlbench.units import format_cpulist
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -24,8 +25,9 @@ def two_socket():
 def test_each_nodes_initiator_holds_only_the_cpus_the_process_may_run_on(two_socket):
     m = two_socket.machine
     node0, node1 = m.nodes[0].cpus, m.nodes[1].cpus
-    by = {i.name: i.cpus for i in initiators(m, set(node0[1:]))}
-    assert by["cpu:node0"] == node0[1:] and by["cpu:node1"] == []
+    by = {i.name: i for i in initiators(m, set(node0[1:]))}
+    assert by["cpu:node0"].cpus == node0[1:] and not by["cpu:node0"].not_allowed
+    assert by["cpu:node1"].not_allowed == "no CPU of node 1 is allowed to this process"
     assert {i.name: i.cpus for i in initiators(m)} == {"cpu:node0": node0, "cpu:node1": node1}
 
 
@@ -39,15 +41,36 @@ def test_the_allowed_set_is_recorded_only_where_it_is_not_every_cpu(two_socket, 
     assert m.environment.allowed_cpus == f"{m.nodes[0].cpus[0]}-{m.nodes[0].cpus[1]}"
 
 
-def test_a_node_with_no_allowed_cpu_has_its_cases_skipped_not_moved(two_socket, tmp_path):
+def test_the_boot_default_mask_under_isolcpus_is_no_restriction(two_socket, monkeypatch, tmp_path):
+    """Isolated CPUs are left out of every process's default mask to be pinned to on
+    purpose: a benchmark measures there as before, and no run is marked restricted."""
+    m = two_socket.machine
+    every = {c for n in m.nodes.values() for c in n.cpus}
+    isolated = set(m.nodes[1].cpus)
+    (tmp_path / "sys/devices/system/cpu").mkdir(parents=True)
+    (tmp_path / "sys/devices/system/cpu/isolated").write_text(format_cpulist(sorted(isolated)) + "\n")
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: every - isolated)
+    assert allowed_cpus(m, str(tmp_path)) is None and m.environment.allowed_cpus is None
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: every - isolated - {m.nodes[0].cpus[0]})
+    assert allowed_cpus(m, str(tmp_path)) is not None       # narrower than the boot's: someone's choice
+
+
+def test_a_node_with_no_allowed_cpu_has_its_cases_skipped_not_moved(two_socket):
+    """Every family of the standard suites plans from it (bandwidth's thread counts had
+    divided by zero CPUs), every case skipped with the reason; the drift sentinels
+    run from a node it may use."""
     env = two_socket
-    env.initiators["cpu:node1"].cpus = []
-    env.machine.environment.allowed_cpus = "0-3"
-    suite_path = tmp_path / "s.toml"
-    suite_path.write_text('name = "s"\nrepetitions = 1\n[[benchmark]]\nname = "latency"\ninitiators = "all"\n'
-                          'working_set = ["1MiB"]\n')
-    planned = plan_suite(load_suite(str(suite_path)), env)
-    skipped = {p.case.initiator for p in planned if p.skip and "no CPU of node 1" in p.skip}
-    ran = {p.case.initiator for p in planned if not p.skip}
-    assert skipped == {"cpu:node1"} and ran == {"cpu:node0"}
-    assert any("taskset or a cpuset" in w for w in warnings({"environment": {"allowed_cpus": "0-3"}}))
+    node0 = set(env.machine.nodes[0].cpus)
+    env.initiators.update({i.name: i for i in initiators(env.machine, node0)})
+    env.machine.environment.allowed_cpus = format_cpulist(sorted(node0))
+    for suite in ("quick", "standard"):
+        planned = plan_suite(load_suite(suite), env)
+        from_1 = [p for p in planned if p.case.initiator == "cpu:node1"]
+        assert from_1 and all(p.skip for p in from_1)          # a reason of its own (no huge pages) stays
+        assert sum("no CPU of node 1 is allowed" in p.skip for p in from_1) > len(from_1) / 2
+        assert {p.case.benchmark for p in from_1} >= {"latency", "bandwidth"}
+        assert any(not p.skip for p in planned if p.case.initiator == "cpu:node0")
+    from cxlbench.runner import sentinels
+    watching = sentinels.plan(load_suite("quick"), env, plan_suite(load_suite("quick"), env))
+    assert watching.planned and {p.case.initiator for p in watching.planned} == {"cpu:node0"}
+    assert any("its affinity" in w for w in warnings({"environment": {"allowed_cpus": "0-3"}}))

@@ -187,7 +187,8 @@ def warnings(meta: dict[str, Any]) -> list[str]:
     if env.get("governor") and env["governor"] != "performance":
         out.append(f"CPU frequency governor is {env['governor']!s}, not performance: clocks may move between runs.")
     if env.get("allowed_cpus"):
-        out.append(f"This process could run only on CPUs {env['allowed_cpus']} (taskset or a cpuset): each "
+        out.append(f"This process could run only on CPUs {env['allowed_cpus']} (its affinity: taskset, a cpuset or "
+                   "a scheduler's binding): each "
                    "node's figures are from its allowed CPUs, thread counts above them were not planned, and a "
                    "node with none was skipped.")
     if env.get("numa_balancing"):

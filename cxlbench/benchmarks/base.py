@@ -156,6 +156,13 @@ def as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+def node_cpus(env: Env, node: int | None) -> list[int]:
+    """The CPUs of a node this process may run on (its CPU initiator's), none where it
+    may use none of them or the node has no CPUs."""
+    init = env.initiators.get(f"cpu:node{node}")
+    return [] if init is None or init.not_allowed else list(init.cpus)
+
+
 def host_pairs(spec: Spec, env: Env) -> list[tuple[Initiator, Tier]]:
     """The CPU-initiator × host-tier matrix a spec asks for.
 

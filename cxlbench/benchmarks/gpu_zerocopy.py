@@ -31,7 +31,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks.base import Env, Planned, Show, metrics, sweep
+from cxlbench.benchmarks.base import Env, Planned, Show, metrics, node_cpus, sweep
 from cxlbench.benchmarks.gpu_common import (
     GpuSpec, first_skip, gpu_initiators, gpu_memory_skip, host_memory_skip, host_tiers, local_host_tier,
     open_session, planned)
@@ -176,7 +176,7 @@ def _touch_on_node(data, words: int, env: Env, tier) -> None:
     """Write the data (word i = i) from the CPUs of the tier's node, so first touch
     places the managed pages there."""
     import numpy as np
-    cpus = env.machine.nodes[tier.node].cpus if tier.node in env.machine.nodes else []
+    cpus = node_cpus(env, tier.node)                # the ones this process may run on
     before = os.sched_getaffinity(0)
     try:
         if cpus:

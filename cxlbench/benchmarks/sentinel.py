@@ -68,7 +68,7 @@ class Spec(BaseSpec):
 
 def plan(spec: Spec, env: Env) -> list[Planned]:
     """One case per probe, on the first DDR tier from its local CPUs."""
-    pairs = host_pairs(spec, env)
+    pairs = [(i, t) for i, t in host_pairs(spec, env) if not i.not_allowed]   # CPUs it may run on
     if not pairs:
         return []
     initiator, tier = pairs[0]

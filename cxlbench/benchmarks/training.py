@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, sweep
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, node_cpus, sweep
 from cxlbench.benchmarks.spec import Allowed, Count, Count0, Size, Spec as BaseSpec, Threads
 from cxlbench.training.configs import MODELS
 from cxlbench.results.schema import Case, Metric, Sample
@@ -483,8 +483,7 @@ def _pin_to(initiator: Initiator | None, env: Env, info: dict, threads: int | No
     import torch
     cpus = list(initiator.cpus) if initiator and initiator.cpus else []
     if not cpus and initiator is not None and initiator.node is not None:
-        node = env.machine.nodes.get(initiator.node)
-        cpus = list(node.cpus) if node else []
+        cpus = node_cpus(env, initiator.node)          # the ones this process may run on
     if threads:
         if cpus and threads > len(cpus):
             raise Skip(f"{threads} threads asked, the initiator has {len(cpus)} CPUs")

@@ -100,8 +100,9 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         print(line)
     allowed = (run_.meta.get("environment") or {}).get("allowed_cpus")
     if allowed:
-        print(f"warning: this process could run only on CPUs {allowed} (taskset or a cpuset): each node was "
-              f"measured from its allowed CPUs alone")
+        print(f"warning: this process could run only on CPUs {allowed} (its affinity: taskset, a cpuset or a "
+              f"scheduler's binding): each node was measured from its allowed CPUs alone, thread counts above "
+              f"them were not planned")
     print(f"run {outcome.status}: {outcome.path}")
     if outcome.stored:
         print(f"stored: {outcome.stored}")

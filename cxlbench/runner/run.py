@@ -98,10 +98,9 @@ def plan_suite(suite: dict, env: Env) -> list[Planned]:
             planned.append(p)
     for p in planned:
         init = env.initiators.get(p.case.initiator)
-        if init is not None and init.kind == "cpu" and not init.cpus and not p.skip:
-            p.skip = (f"no CPU of node {init.node} is allowed to this process (it may run on CPUs "
-                      f"{env.machine.environment.allowed_cpus}: taskset or a cpuset); measured from "
-                      f"elsewhere, it would not be {init.name}'s figure")
+        if init is not None and init.not_allowed and not p.skip:
+            p.skip = (f"{init.not_allowed} (it may run on CPUs {env.machine.environment.allowed_cpus}: "
+                      f"its affinity); measured from elsewhere, it would not be {init.name}'s figure")
     seen: dict[str, Planned] = {}
     for p in planned:
         first = seen.setdefault(p.case.case_id, p)

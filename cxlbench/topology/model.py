@@ -199,6 +199,9 @@ class Initiator:
     node: int | None = None
     cpus: list[int] = field(default_factory=list)
     gpu: int | None = None
+    # Why it cannot be measured from: none of its node's CPUs is allowed to this process
+    # (its cpus are then the node's, so what a family plans from it is planned, and skipped)
+    not_allowed: str = ""
 
 
 @dataclass

@@ -13,6 +13,7 @@ import shutil
 from .model import Machine, Node, Tier, TierDeclaration, Initiator
 from .block_devices import block_device_for
 from cxlbench.units import format_cpulist
+from .sysfs import parse_cpulist, read_text
 
 HOST_KINDS = ("ddr", "cxl")
 DECLARABLE = HOST_KINDS + ("nvme",)
@@ -155,24 +156,31 @@ def classify_tiers(machine: Machine, declarations=()) -> list[Tier]:
 
 def initiators(machine: Machine, allowed: set[int] | None = None) -> list[Initiator]:
     """The CPUs of each node that has some, then each GPU. `allowed`: the CPUs this
-    process may run on (allowed_cpus); a node's initiator holds only those, none if
-    none of its CPUs is allowed (its cases are then skipped, not run elsewhere)."""
-    cpus = [Initiator(name=f"cpu:node{n.id}", kind="cpu", node=n.id,
-                      cpus=[c for c in n.cpus if allowed is None or c in allowed])
-            for _, n in sorted(machine.nodes.items()) if n.has_cpu]
+    process may run on (allowed_cpus); a node's initiator holds only those, and where
+    none of its CPUs is, says so (not_allowed: its cases are skipped, not run elsewhere)."""
+    cpus = []
+    for _, n in sorted(machine.nodes.items()):
+        if not n.has_cpu:
+            continue
+        mine = [c for c in n.cpus if allowed is None or c in allowed]
+        cpus.append(Initiator(name=f"cpu:node{n.id}", kind="cpu", node=n.id, cpus=mine or list(n.cpus),
+                              not_allowed="" if mine else f"no CPU of node {n.id} is allowed to this process"))
     gpus = [Initiator(name=f"gpu:{g.index}", kind="gpu", node=g.numa_node, gpu=g.index)
             for g in machine.gpus]
     return cpus + gpus
 
 
-def allowed_cpus(machine: Machine) -> set[int] | None:
+def allowed_cpus(machine: Machine, root: str = "/") -> set[int] | None:
     """The machine's CPUs this process may run on, where that is not all of them
-    (taskset, a container's cpuset), recorded on the machine's environment; None
-    when every CPU is. Pinning a worker to a CPU outside it would either fail or,
-    as root, quietly run where the user said not to."""
+    (taskset, a container's cpuset, a scheduler's binding), recorded on the machine's
+    environment; None when every CPU is. Pinning a worker to a CPU outside it would
+    either fail or, as root, quietly run where the user said not to. The boot's
+    default mask under isolcpus= (every CPU but the isolated ones) is no one's
+    restriction: isolated CPUs are there to be pinned to, as before."""
     every = {c for n in machine.nodes.values() for c in n.cpus}
     mine = set(os.sched_getaffinity(0)) & every
-    if not every or mine == every:
+    isolated = set(parse_cpulist(read_text(root, "sys/devices/system/cpu/isolated") or ""))
+    if not every or mine == every or (isolated and mine == every - isolated):
         return None
     machine.environment.allowed_cpus = format_cpulist(sorted(mine))
     return mine
