@@ -41,8 +41,10 @@ def test_a_run_in_which_every_case_failed_exits_non_zero_with_the_reason(tmp_pat
     out = tmp_path / "r"
     code = main(["run", "--suite", suite_file(tmp_path, ["raise", "raise", "skip"], repetitions=1),
                  "--out", str(out), "--no-report"])
-    err = capsys.readouterr().err.strip().splitlines()
+    said = capsys.readouterr()
+    err = said.err.strip().splitlines()
     assert code == 1 and err[-1].startswith("cxlbench: error: the run measured no case: 2 of 3 cases:")
+    assert "run complete, nothing measured: " in said.out
     assert "the kernel refused" in err[-1]
     assert load_run(next(out.glob("*/*"))).status == "complete"        # what was recorded stays
     ok = main(["run", "--suite", suite_file(tmp_path, ["raise", "ok"], repetitions=1), "--out", str(out),

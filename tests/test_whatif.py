@@ -291,8 +291,12 @@ def test_a_misspelt_profile_key_is_refused_not_left_to_the_model(tmp_path, capsy
     (["tiny-run-dir", "--model", "70b", "--zero", "3"], "--zero prices a server's step"),
     (["--published", "--zero", "3"], "drop --zero"),
     (["--model", "8b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--gpus", "64"],
-     "--gpus 64 is more GPUs than a node of h100-8gpu-cxl holds (8): --gpus counts one node's; for 64 GPUs give "
-     "--gpus 8 --nodes 8"),
+     "--gpus 64 is more GPUs than a node of h100-8gpu-cxl holds (8): --gpus counts one node's; for 64 GPUs in all "
+     "give --gpus 8 --nodes 8"),
+    (["--model", "8b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--gpus", "16", "--nodes", "2"],
+     "for 32 GPUs in all give --gpus 8 --nodes 4"),
+    (["--model", "8b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--gpus", "12"],
+     "for 12 GPUs in all give --gpus and --nodes whose product is 12, --gpus at most 8"),
     (["--model", "8b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl", "--target", "0.9"],
      "'0.9' is a percent here: give 90 for 90%, or 0.9% if 0.9% is meant"),
     (["tiny-run-dir", "--model", "8b", "--within", "0.5"], "give 50 for 50%"),
@@ -570,12 +574,13 @@ def test_the_delayed_update_at_zero_3_overlaps_the_host_chain_with_no_gather_aft
 
 def test_what_a_gpu_holds_is_shown_part_by_part_and_adds_up_to_the_need(tmp_path, capsys):
     from cxlbench.analysis.whatif import held_text
+    from cxlbench.units import format_number
     w = whatif(_h100(), load_host("h100-8gpu-cxl"), "70b", Cluster(8, 1))
     assert sum(w.held_offloaded.values()) == pytest.approx(w.rows[1].device_bytes, abs=1)
     assert sum(w.held_hbm.values()) == pytest.approx(w.hbm.device_bytes, abs=1)
     line = held_text(w)
     assert "ZeRO-3" in line and "two gathered units" in line and "fp32 master, m and v (its 1/8)" in line
-    assert f"= {w.rows[1].device_bytes / 2**30:,.0f} GiB;" in line
+    assert f"= {format_number(w.rows[1].device_bytes / 2**30)} GiB;" in line
     out_html = tmp_path / "w.html"
     code, out, _ = run_cli(capsys, "advise", "--model", "70b", "--gpu", "h100-sxm", "--gpus", "8", "--host",
                            "h100-8gpu-cxl", "-o", str(out_html))
@@ -630,6 +635,9 @@ def test_a_target_written_with_its_percent_sign_is_taken_as_written(capsys):
     code, out, _ = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl",
                            "--target", "0.9%")
     assert code == 0 and "what must be true for 0.9% of all-HBM tokens/s:" in out
+    code, out, _ = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h100-sxm", "--host", "h100-8gpu-cxl",
+                           "--target", "1")                 # 1 is 1%, a figure one may mean
+    assert code == 0 and "what must be true for 1% of all-HBM tokens/s:" in out
 
 
 _PREFIX = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}

@@ -191,7 +191,12 @@ static int loads_held(struct loaded_ctx *x, uint64_t wall, uint64_t *cpu)
             all = 0;
             continue;
         }
-        uint64_t now = cb_clock_ns(id), d = now - x->load[i].cpu_at;
+        uint64_t now = cb_clock_ns(id);
+        if (now == 0 || now < x->load[i].cpu_at) {   /* the clock failed (it reads 0): unknown */
+            all = 0;
+            continue;
+        }
+        uint64_t d = now - x->load[i].cpu_at;
         x->load[i].cpu_at = now;
         *cpu += d;
         if (d * 100 < SHARE_PCT * wall)

@@ -541,7 +541,7 @@ class Placement:
         if self.fits:
             return "fits"
         return (f"does not fit in {format_number(self.capacity_bytes / GIB)} GiB HBM: needs "
-                f"{self.device_bytes / GIB:,.0f} GiB")
+                f"{format_number(self.device_bytes / GIB)} GiB")
 
     @property
     def label(self) -> str:
@@ -588,7 +588,7 @@ class Advice:
         if self.best is None:
             smallest = min(self.placements, key=lambda p: p.device_bytes)
             return (f"no placement fits one {self.gpu}: even with the optimizer state off the GPU, {self.model} at "
-                    f"{self.tokens_per_step:,} tokens per step needs {smallest.device_bytes / GIB:,.0f} GiB on the "
+                    f"{self.tokens_per_step:,} tokens per step needs {format_number(smallest.device_bytes / GIB)} GiB on the "
                     f"GPU, which has {format_number(smallest.capacity_bytes / GIB)} GiB")
         c = self.choice
         if c is self.best:

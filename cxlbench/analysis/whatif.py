@@ -315,7 +315,7 @@ class WhatIf:
                    f", ZeRO-2: the bf16 parameters whole on every GPU ({self.zero_why})")
                 + ("" if self.rows[1].device_bytes <= self.capacity_bytes else
                    f"; no placement fits {format_number(self.capacity_bytes / GIB)} GiB a GPU (offloaded, one needs "
-                   f"{self.rows[1].device_bytes / GIB:,.0f} GiB): every figure is priced as if it did"))
+                   f"{format_number(self.rows[1].device_bytes / GIB)} GiB): every figure is priced as if it did"))
 
     @property
     def combine(self) -> str:
@@ -358,8 +358,8 @@ def held_text(w: "WhatIf") -> str:
 
     extra = {k: v for k, v in w.held_hbm.items() if k not in w.held_offloaded}
     return (f"HBM a GPU holds (ZeRO-{w.zero}, GiB): with the state offloaded, {listed(w.held_offloaded)} = "
-            f"{w.rows[1].device_bytes / GIB:,.0f} GiB; all-HBM adds {listed(extra)} = "
-            f"{w.hbm.device_bytes / GIB:,.0f} GiB")
+            f"{format_number(w.rows[1].device_bytes / GIB)} GiB; all-HBM adds {listed(extra)} = "
+            f"{format_number(w.hbm.device_bytes / GIB)} GiB")
 
 
 def _unfit(parts: dict[str, float], capacity: int, recompute: bool, zero: int, gpus: int) -> Need:
@@ -381,7 +381,7 @@ def _unfit(parts: dict[str, float], capacity: int, recompute: bool, zero: int, g
         ways.append("more GPUs, with --zero 3")
     first = f"fit it first: {', or '.join(ways)}" if ways else "nothing advise can vary fits it"
     return Need("both", "fit", None,
-                f"does not fit {format_number(capacity / GIB)} GiB a GPU (needs {need / GIB:,.0f} GiB, activations "
+                f"does not fit {format_number(capacity / GIB)} GiB a GPU (needs {format_number(need / GIB)} GiB, activations "
                 f"{activations / GIB:,.0f} of it): no host rate makes it run, so none is named; {first}")
 
 
@@ -397,8 +397,8 @@ def _stage(zero: int | None, gpus: int, zero2_need: int, capacity: int) -> tuple
     if gpus == 1:
         return 2, "one GPU: nothing to shard the parameters over"
     if zero2_need <= capacity:
-        return 2, f"{zero2_need / GIB:,.0f} GiB a GPU with the state offloaded fits {format_number(capacity / GIB)} GiB"
-    return 3, (f"ZeRO-2's whole bf16 copy would need {zero2_need / GIB:,.0f} GiB a GPU with the state offloaded, "
+        return 2, f"{format_number(zero2_need / GIB)} GiB a GPU with the state offloaded fits {format_number(capacity / GIB)} GiB"
+    return 3, (f"ZeRO-2's whole bf16 copy would need {format_number(zero2_need / GIB)} GiB a GPU with the state offloaded, "
                f"more than its {format_number(capacity / GIB)} GiB")
 
 

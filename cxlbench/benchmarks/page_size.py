@@ -133,7 +133,7 @@ def measure_latency(case: Case, env: Env, info: dict) -> list[Sample]:
         kept.append(round(r["windows_kept"] / max(r["windows"], 1), 3))
         if r["chase_steps"] == 0:
             info.setdefault("warnings", []).append(
-                f"repetition {rep}: the chase never had its CPU for a whole sub-window (the "
+                f"repetition {case.first_repetition + rep}: the chase never had its CPU for a whole sub-window (the "
                 f"machine is busy); no sample")
             continue
         samples.append(Sample("latency_ns", r["chase_ns"] / r["chase_steps"], rep, found))

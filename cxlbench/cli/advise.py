@@ -98,10 +98,12 @@ def server(results: Sequence[str], model: str, gpu: str | None, mfu: float, gpus
         profile = load_host(host) if host is not None else host_from_runs(runs)
         per_node = gpus or profile.gpus or 1
         if profile.gpus and per_node > profile.gpus:
+            total = per_node * nodes
             raise AdviceError(f"--gpus {per_node} is more GPUs than a node of {profile.name} holds "
-                              f"({profile.gpus}): --gpus counts one node's; for {per_node} GPUs give "
-                              + (f"--gpus {profile.gpus} --nodes {per_node // profile.gpus * nodes}"
-                                 if per_node % profile.gpus == 0 else "--nodes"))
+                              f"({profile.gpus}): --gpus counts one node's; for {total} GPUs in all give "
+                              + (f"--gpus {profile.gpus} --nodes {total // profile.gpus}"
+                                 if total % profile.gpus == 0 else
+                                 f"--gpus and --nodes whose product is {total}, --gpus at most {profile.gpus}"))
         inputs = gather(runs, gpu, mfu, model)
         if inputs.gpu is None:
             raise AdviceError(inputs.gpu_why)
@@ -119,7 +121,7 @@ def whatif_text(w) -> str:
     lines = [w.headline,
              "MODELLED, not measured: training.stepmodel priced for one GPU with its share of its node; " + w.combine,
              ""]
-    rows = [[r.label, f"{r.device_bytes / 2**30:,.0f} GiB", "yes" if r.device_bytes <= w.capacity_bytes else "no",
+    rows = [[r.label, f"{format_number(r.device_bytes / 2**30)} GiB", "yes" if r.device_bytes <= w.capacity_bytes else "no",
              format_number(r.tokens_per_s), _pct(r.share), format_number(r.dpu_tokens_per_s), _pct(r.dpu_share),
              *(format_number(r.plain.terms.get(t)) for t in TERMS)]
             for r in w.rows]
@@ -130,7 +132,7 @@ def whatif_text(w) -> str:
     lines.append(held_text(w))
     if w.hbm.device_bytes > w.capacity_bytes:
         lines.append(f"all-HBM does not fit {format_number(w.capacity_bytes / 2**30)} GiB a GPU (needs "
-                     f"{w.hbm.device_bytes / 2**30:,.0f} GiB): it is the reference each share is taken of, as if it did")
+                     f"{format_number(w.hbm.device_bytes / 2**30)} GiB): it is the reference each share is taken of, as if it did")
     lines += ["", f"what must be true for {w.target * 100:g}% of all-HBM tokens/s:"]
     for r in w.rows[1:]:
         lines += [f"  {r.tier}: {n}" for n in r.needs]
@@ -241,7 +243,7 @@ def _within(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 10 or 10%)") from None
     if not 0 <= value < 100:
         raise argparse.ArgumentTypeError(f"{text!r} must lie between 0 and 100 (percent)")
-    if 0 < value <= 1 and not bare.endswith("%"):
+    if 0 < value < 1 and not bare.endswith("%"):
         raise argparse.ArgumentTypeError(f"{text!r} is a percent here: give {value * 100:g} for {value * 100:g}%, "
                                          f"or {bare}% if {bare}% is meant")
     return value / 100

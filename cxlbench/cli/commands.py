@@ -103,7 +103,8 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         print(f"warning: this process could run only on CPUs {allowed} (its affinity: taskset, a cpuset or a "
               f"scheduler's binding): each node was measured from its allowed CPUs alone, thread counts above "
               f"them were not planned")
-    print(f"run {outcome.status}: {outcome.path}")
+    nothing = outcome.status == "complete" and not any(r.status == OK for r in outcome.results)
+    print(f"run {outcome.status}{', nothing measured' if nothing else ''}: {outcome.path}")
     if outcome.stored:
         print(f"stored: {outcome.stored}")
     if with_report:
@@ -111,8 +112,7 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         print(f"report: {render([outcome.path])}")
     if outcome.stored and outcome.status == "complete":
         _remove_staging(Path(outcome.path))
-    if outcome.status == "complete" and not any(r.status == OK for r in outcome.results):
-        # every case failed or was skipped: a CI job must not pass on a run that measured nothing
+    if nothing:      # every case failed or was skipped: a CI job must not pass on a run that measured nothing
         print(f"cxlbench: error: the run measured no case: {_why_none(outcome.results)}", file=sys.stderr)
         return 1
     return 0 if outcome.status == "complete" else 130

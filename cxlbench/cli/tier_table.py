@@ -29,11 +29,12 @@ def tier_summary(samples: pd.DataFrame, meta: dict[str, Any]) -> str:
     if samples.empty:
         return "no case was measured whole (those that failed part-way keep their samples in the run)"
     found = figures(samples, meta)
+    width = max([44] + [len(f.label) for f in found])      # the colons in one column
     lines = []
     for tier in sorted(set(samples["target"]), key=tier_order):
         lines.append(tier)
         mine = [f for f in found if f.tier == tier]
-        lines += [f"  {f.label:<44}: {f.text()}" for f in mine]
+        lines += [f"  {f.label:<{width}}: {f.text()}" for f in mine]
         if not mine:
             lines.append("  (no summary figure for what ran here; the report has every figure)")
     steps = any(h.get("spread") == "samples" for fam in (meta.get("families") or {}).values()
