@@ -77,13 +77,16 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
     try:
         if list_only:                 # the plan `run` would measure, planned the same way
             shown = set()
-            for p in prepare(config)[1]:
+            env, planned = prepare(config)
+            for p in planned:
                 if id(p.spec) not in shown:   # each table's settings, defaults filled in
                     shown.add(id(p.spec))
                     print(f"# {p.family}: {p.spec.text()}")
                 print(f"{'skip' if p.skip else 'run ':4}  ~{p.estimate_s:5.1f}s  {p.case.case_id}"
                       + (f"  ({p.skip})" if p.skip else ""))
             print(sentinel_plan(config))
+            if env.machine.environment.allowed_cpus:
+                print(_restricted(env.machine.environment.allowed_cpus))
             return 0
         outcome = run_suite(config)
     except ValueError as e:           # a tier declaration the machine cannot honour
@@ -100,9 +103,7 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         print(line)
     allowed = (run_.meta.get("environment") or {}).get("allowed_cpus")
     if allowed:
-        print(f"warning: this process could run only on CPUs {allowed} (its affinity: taskset, a cpuset or a "
-              f"scheduler's binding): each node was measured from its allowed CPUs alone, thread counts above "
-              f"them were not planned")
+        print(_restricted(allowed))
     nothing = outcome.status == "complete" and not any(r.status == OK for r in outcome.results)
     print(f"run {outcome.status}{', nothing measured' if nothing else ''}: {outcome.path}")
     if outcome.stored:
@@ -116,6 +117,12 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
         print(f"cxlbench: error: the run measured no case: {_why_none(outcome.results)}", file=sys.stderr)
         return 1
     return 0 if outcome.status == "complete" else 130
+
+
+def _restricted(allowed: str) -> str:
+    return (f"warning: this process could run only on CPUs {allowed} (its affinity: taskset, a cpuset or a "
+            f"scheduler's binding): each node is measured from its allowed CPUs alone, thread counts above them "
+            f"are not planned")
 
 
 def _why_none(results) -> str:
