@@ -51,20 +51,34 @@ def too_few_threads() -> str | None:
     process from 13 MiB to 1 GiB of address space), and a thread that fails inside its
     start can leave start() waiting forever."""
     try:
-        pid = os.fork()
+        started = _in_child(_threads_started, PROBE_S)
     except OSError as e:
         return f"this process cannot start another ({e.strerror}): {_RAISE}"
+    if started is None:
+        return f"starting {THREADS} threads did not finish within {PROBE_S:g} s: {_RAISE}"
+    return None if started == THREADS else f"this process cannot start {THREADS} threads ({started} started): {_RAISE}"
+
+
+def _in_child(work, seconds: float) -> int | None:
+    """work() in a forked child, its return (an exit status, so 0-255; 1 where it
+    raised); None where it had not ended after `seconds` and was killed. OSError where
+    no child can be started. A probe of what could hang or leave the process larger
+    stays out of the command's own process."""
+    pid = os.fork()
     if pid == 0:
-        os._exit(_threads_started())
-    deadline = time.monotonic() + PROBE_S
+        try:
+            code = work()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    deadline = time.monotonic() + seconds
     while not (done := os.waitpid(pid, os.WNOHANG))[0]:
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            return f"starting {THREADS} threads did not finish within {PROBE_S:g} s: {_RAISE}"
+            return None
         time.sleep(0.001)
-    started = os.waitstatus_to_exitcode(done[1])
-    return None if started == THREADS else f"this process cannot start {THREADS} threads ({started} started): {_RAISE}"
+    return os.waitstatus_to_exitcode(done[1])
 
 
 _RAISE = ("raise the limit on processes for this user (ulimit -u, a container's pids limit) or on its "
@@ -100,27 +114,20 @@ def imports_hang() -> str | None:
     if soft == resource.RLIM_INFINITY:
         return None
     try:
-        pid = os.fork()
+        ended = _in_child(_import_required, IMPORT_S)
     except OSError as e:
         return f"this process cannot start another ({e.strerror}): {_RAISE}"
-    if pid == 0:
-        try:
-            for name in REQUIRED:
-                importlib.import_module(name)
-            importlib.import_module("scipy.stats")
-        except BaseException:
-            os._exit(1)
-        os._exit(0)
-    deadline = time.monotonic() + IMPORT_S
-    while not os.waitpid(pid, os.WNOHANG)[0]:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return (f"importing numpy, pandas, pyarrow and scipy did not finish within {IMPORT_S:g} s under this "
-                    f"address-space limit (ulimit -v {soft // 1024} KiB; OpenBLAS retries a buffer it cannot map "
-                    "forever): raise the limit, or lift it (ulimit -v unlimited)")
-        time.sleep(0.01)
+    if ended is None:
+        return (f"importing numpy, pandas, pyarrow and scipy did not finish within {IMPORT_S:g} s under this "
+                f"address-space limit (ulimit -v {soft // 1024} KiB; OpenBLAS retries a buffer it cannot map "
+                "forever): raise the limit, or lift it (ulimit -v unlimited)")
     return None        # loaded, or failed: the command's own import then says why, in one line
+
+
+def _import_required() -> int:
+    for name in (*REQUIRED, "scipy.stats"):
+        importlib.import_module(name)
+    return 0
 
 
 IMPORT_S = 20.0
