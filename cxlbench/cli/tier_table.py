@@ -13,7 +13,7 @@ import pandas as pd
 
 from cxlbench.analysis.drift import drift_line
 from cxlbench.analysis.headlines import figures
-from cxlbench.benchmarks.tails import BLOCK_NS, K_MIN
+from cxlbench.benchmarks.tails import BLOCK_NS, K_MIN, TAIL_METRICS
 from cxlbench.results.schema import case_warnings
 from cxlbench.results.store import measured_whole
 from cxlbench.units import tier_order
@@ -41,7 +41,7 @@ def tier_summary(samples: pd.DataFrame, meta: dict[str, Any]) -> str:
                 for h in fam.get("headlines") or [] if fam["name"] in set(samples["benchmark"]))
     over = "repetitions (training: steady steps)" if steps else "repetitions"
     lines.append(f"median [min-max] over {over}; GB/s = 10^9 bytes/s")
-    if any("k-load blocks" in f.label for f in found):
+    if samples["metric"].isin([m.name for m in TAIL_METRICS]).any():
         lines.append(BLOCKS_LEGEND)
     lines.extend(precision_lines(meta))
     lines.extend([d] if (d := drift_line(samples, meta)) else [])
