@@ -233,9 +233,9 @@ def advice_text(a: "Advice") -> str:
 
 
 def _within(text: str) -> float:
-    """--within 10 or 10%: percent of the best tokens/s. A bare number up to 1 is
-    refused: beside --mfu, which takes a fraction, "0.9" is far likelier to mean 90%
-    than 0.9%; "0.9%" says it."""
+    """--within 10 or 10%: percent of the best tokens/s. A bare number between 0 and 1
+    is refused: beside --mfu, which takes a fraction, "0.9" is far likelier to mean 90%
+    than 0.9%; "0.9%" says it (1 is 1%)."""
     bare = text.strip()
     try:
         value = float(bare.rstrip("%"))

@@ -127,10 +127,8 @@ def _restricted(allowed: str) -> str:
 
 def _why_none(results) -> str:
     """The most common reason the cases gave, with how many gave it."""
-    reasons: dict[str, int] = {}
-    for r in results:
-        reasons[r.reason or r.status] = reasons.get(r.reason or r.status, 0) + 1
-    reason, n = max(reasons.items(), key=lambda kv: kv[1])
+    from collections import Counter
+    (reason, n), = Counter(r.reason or r.status for r in results).most_common(1)
     return f"{n} of {len(results)} cases: {reason}"
 
 

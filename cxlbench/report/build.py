@@ -246,15 +246,15 @@ def _col(frame: pd.DataFrame, name: str) -> pd.Series:
     return frame[name] if name in frame.columns else pd.Series([np.nan] * len(frame), index=frame.index)
 
 
-#: The loaded-latency curve a tier's summary cell reads: read load, temporal stores off
-#: (the MLC default), and then the nearest initiator (the lowest idle latency)
+#: where on its curve a tier's summary cell reads the loaded latency: this share of the peak
 LOADED_AT = 0.8
 
 
 def _loaded_latency(tp: pd.DataFrame) -> dict | None:
     """The latency at 80% of one curve's own peak load, interpolated along that curve
     (as derive.loaded_summary): pooling curves (initiators, mixes, page sizes) would
-    read one curve's point against another's peak."""
+    read one curve's point against another's peak. The curve: read load, temporal
+    stores (MLC's defaults), then the nearest initiator (the lowest idle latency)."""
     fam = tp[tp["benchmark"] == "loaded_latency"]
     lat, bw = fam[fam["metric"] == "latency_ns"], fam[fam["metric"] == "bandwidth_GBps"]
     if lat.empty or bw.empty:
@@ -264,8 +264,8 @@ def _loaded_latency(tp: pd.DataFrame) -> dict | None:
         if col in pair.columns and (pair[col] == want).any():
             pair = pair[pair[col] == want]
     keys = [k for k in LOADED_KEYS if k in pair.columns and k != "benchmark"]
-    loaded = (pair["load_threads"] > 0) if "load_threads" in pair.columns else (pair["median_bw"] > 0)
-    curves = [(g[~loaded.loc[g.index]]["median"].min(), name, g[loaded.loc[g.index]])
+    pair = pair.assign(loaded=pair["load_threads"] > 0 if "load_threads" in pair.columns else pair["median_bw"] > 0)
+    curves = [(g.loc[~g["loaded"], "median"].min(), name, g[g["loaded"]])
               for name, g in (pair.groupby(keys, dropna=False, sort=True) if keys else [((), pair)])]
     curves = [c for c in curves if len(c[2]) >= 2]
     if not curves:
