@@ -269,6 +269,31 @@ def test_a_budget_spent_between_processes_keeps_what_was_measured_as_ok(tmp_path
                                                       "1 of 4: time budget of 2.5 s"]
     assert all(m.endswith("s estimated, 0 s left") for m in measured)
     assert [p["status"] for p in cases[0]["info"]["processes"]] == ["ok", "ok", "skipped"]
+    # the cut is a warning worded alike for every case, so the terminal counts it once
+    assert [c["info"]["warnings"] for c in cases] == [
+        [f"only {n} of 4 repetitions measured: the time budget of 2.5 s was spent (run --budget SECONDS "
+         f"allows more)"] for n in (2, 1)]
+
+
+def test_the_budget_check_uses_what_a_case_s_first_process_took_not_the_plan_s_guess(tmp_path, monkeypatch):
+    """The plan guesses 0.1 s a case; each process takes 1 s of a fake clock. With the
+    guess, a process would start with 0.5 s left and the run would end past its
+    budget; with what the first process took, it is not started."""
+    import types
+    from cxlbench.results.schema import OK, CaseResult, Sample
+    from cxlbench.runner import run as run_mod
+    clock = {"t": 0.0}
+
+    def fake_case(case, ref, env, timeout, installation=None):
+        clock["t"] += 1.0
+        return CaseResult(case, OK, seconds=1.0,
+                          samples=[Sample("latency_ns", 1.0, case.first_repetition + r)
+                                   for r in range(case.repetitions)])
+    monkeypatch.setattr(run_mod, "run_case", fake_case)
+    monkeypatch.setattr(run_mod, "time", types.SimpleNamespace(monotonic=lambda: clock["t"]))
+    run(RunConfig(suite_file(tmp_path, ["ok"], repetitions=4, processes=4, time_budget_s=2.5),
+                  out=str(tmp_path / "r")))
+    assert clock["t"] <= 2.5
 
 
 def test_the_budget_flag_overrides_the_suites(tmp_path):

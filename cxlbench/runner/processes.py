@@ -106,6 +106,13 @@ def merge(prev: CaseResult | None, part: CaseResult, piece: Slice) -> CaseResult
             # A budget spent (or a refusal) after some processes measured: what was
             # measured stands; the case says how much of it there is.
             merged.info["repetitions_measured"] = f"{piece.first} of {piece.total}: {part.reason}"
+            # One wording for every case cut by the same cause (the reason's estimate
+            # differs per case), so the terminal and the report say it once with a count.
+            why = part.reason.split(": ", 1)[0]
+            merged.info["warnings"] = list(merged.info.get("warnings", [])) + [
+                f"only {piece.first} of {piece.total} repetitions measured: the {why} was spent "
+                f"(run --budget SECONDS allows more)" if why.startswith("time budget") else
+                f"only {piece.first} of {piece.total} repetitions measured: {why}"]
         elif part.status == FAILED and prev.status == OK and piece.first >= prev.case.repetitions:
             # A process past the planned repetitions (asked for by a precision target)
             # failed: the planned measurement is whole and stands; the extra passes end
@@ -121,6 +128,14 @@ def merge(prev: CaseResult | None, part: CaseResult, piece: Slice) -> CaseResult
     if piece.processes > 1:
         merged.info["processes"] = list(merged.info.get("processes", [])) + [record]
     return merged
+
+
+def learned(estimate: float, prev: CaseResult | None, piece: Slice) -> float:
+    """A process's seconds as the case's earlier processes took them, where it has
+    any: the plan's guess (a fault rate, a bandwidth) can be off by half on a VM, and
+    the budget check that decides whether a process starts is only as good as this."""
+    reps = len(_reps(prev)) if prev is not None and prev.status == OK else 0
+    return prev.seconds / reps * piece.count if reps else estimate
 
 
 def ended(result: CaseResult) -> bool:

@@ -276,6 +276,7 @@ def _run_planned(planned: list[Planned], env: Env, writer: RunWriter,
                 watch.visit()
             progress.begin(label)
             began = time.monotonic() - start
+            estimate = processes.learned(estimate, results.get(piece.index), piece)
             part = measure_slice(p, env, left(), piece, estimate)
             sentinels.stamp(part, began)
             results[piece.index] = processes.merge(results.get(piece.index), part, piece)
