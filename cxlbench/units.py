@@ -8,6 +8,8 @@ import numbers
 import re
 from typing import Any, Iterable
 
+GIB = 2**30
+
 _BINARY = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20,
            "g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
 _DECIMAL = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -50,6 +52,12 @@ def ceil_sig(x: float, sig: int = 3) -> float:
         return x
     q = 10.0 ** (math.floor(math.log10(x)) - sig + 1)
     return math.ceil(x / q * (1 - 1e-12)) * q     # a value already at `sig` figures stays
+
+
+def gib(n_bytes: float) -> str:
+    """Bytes as the what-if and the advisor print capacities and needs: GiB to three
+    figures, the precision at which a need and a capacity can be told apart."""
+    return f"{format_number(n_bytes / GIB)} GiB"
 
 
 def format_number(x: float | None, sig: int = 3) -> str:

@@ -35,7 +35,7 @@ from cxlbench.training.configs import MODELS, model_config, train_config
 from cxlbench.training.footprint import hbm_need
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Rates, Workload, predict,
                                          tokens_to_hide_optimizer)
-from cxlbench.units import format_count, format_number, tier_order
+from cxlbench.units import GIB, format_count, gib, tier_order
 
 MEASURED, DATASHEET, PAPER, ASSUMED = "measured", "datasheet", "paper", "assumed"
 #: what a figure can be: measured here, a vendor's datasheet, a published measurement
@@ -49,7 +49,6 @@ MFU_REASON = ("no GPU run gives this GPU's own MFU, and REFERENCES.md records no
               "figure to cite; 0.40 is a common figure for a well-tuned bf16 dense training run. "
               "Change it with --mfu")
 GPUS_FILE = Path(__file__).with_name("gpus.toml")
-GIB = 2**30
 
 
 class AdviceError(Exception):
@@ -540,8 +539,8 @@ class Placement:
         """'fits' or 'does not fit in 80 GiB HBM: needs 128 GiB'."""
         if self.fits:
             return "fits"
-        return (f"does not fit in {format_number(self.capacity_bytes / GIB)} GiB HBM: needs "
-                f"{format_number(self.device_bytes / GIB)} GiB")
+        return (f"does not fit in {gib(self.capacity_bytes)} HBM: needs "
+                f"{gib(self.device_bytes)}")
 
     @property
     def label(self) -> str:
@@ -588,8 +587,8 @@ class Advice:
         if self.best is None:
             smallest = min(self.placements, key=lambda p: p.device_bytes)
             return (f"no placement fits one {self.gpu}: even with the optimizer state off the GPU, {self.model} at "
-                    f"{self.tokens_per_step:,} tokens per step needs {format_number(smallest.device_bytes / GIB)} GiB on the "
-                    f"GPU, which has {format_number(smallest.capacity_bytes / GIB)} GiB")
+                    f"{self.tokens_per_step:,} tokens per step needs {gib(smallest.device_bytes)} on the "
+                    f"GPU, which has {gib(smallest.capacity_bytes)}")
         c = self.choice
         if c is self.best:
             cheaper = [p for p in self.placements if p.fits and COST_ORDER.index(p.kind) < COST_ORDER.index(c.kind)]

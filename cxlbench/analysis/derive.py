@@ -208,12 +208,21 @@ def loaded_summary(curves: pd.DataFrame, at: float = 0.8) -> pd.DataFrame:
         peak = float(loaded["bandwidth_GBps"].max()) if len(loaded) else math.nan
         lat_at = math.nan
         if len(loaded) >= 2 and peak > 0:
-            bw, lat = loaded["bandwidth_GBps"].to_numpy(), loaded["latency_ns"].to_numpy()
-            lat_at = float(np.interp(at * peak, bw, lat))
+            _, [lat_at] = at_share_of_peak(loaded["bandwidth_GBps"], [loaded["latency_ns"]], at)
         rows.append({**dict(zip(group, key)), "idle_latency_ns": float(idle.iloc[0]) if len(idle) else math.nan,
                      "peak_GBps": peak, f"latency_at_{int(at * 100)}pct_ns": lat_at,
                      "max_latency_ns": float(loaded["latency_ns"].max()) if len(loaded) else math.nan})
     return pd.DataFrame(rows)
+
+
+def at_share_of_peak(bandwidth, values: list, at: float) -> tuple[float, list[float]]:
+    """One loaded-latency curve read at `at` × its own peak bandwidth: (the peak, each
+    of `values` interpolated there along the curve). Its own peak, not a pooled one:
+    another curve's peak would put the point off this curve's knee."""
+    bw = np.asarray(bandwidth, dtype=float)
+    order = np.argsort(bw)
+    peak = float(bw.max())
+    return peak, [float(np.interp(at * peak, bw[order], np.asarray(v, dtype=float)[order])) for v in values]
 
 
 # ---- zero-copy vs copy vs migrate ------------------------------------------------------

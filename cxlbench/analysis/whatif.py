@@ -34,10 +34,9 @@ from cxlbench.training.configs import model_config, train_config
 from cxlbench.training.footprint import REDUCE_BUCKET_BYTES, hbm_need, hbm_parts
 from cxlbench.training.stepmodel import (ACTIVATION_BYTES, ADAMW_BYTES, Cluster, Prediction, Rates, Workload,
                                          activation_bytes, per_gpu, predict)
-from cxlbench.units import ceil_sig, format_count, format_number
+from cxlbench.units import GIB, ceil_sig, format_count, gib
 
 HOSTS_FILE = Path(__file__).with_name("hosts.toml")
-GIB = 2**30
 #: A CPU core's AdamW rate where a profile has no measured one: ZeRO-Offload's CPU-Adam
 #: stepped 10B parameters in 2.57 s on a DGX-2's 2× Xeon Platinum 8168, 48 cores
 #: (Ren et al. 2021, Table 4) — the one published CPU-Adam rate with its CPUs named.
@@ -314,8 +313,8 @@ class WhatIf:
                 + (f", ZeRO-3: the parameters too ({self.zero_why})" if self.zero == 3 else
                    f", ZeRO-2: the bf16 parameters whole on every GPU ({self.zero_why})")
                 + ("" if self.rows[1].device_bytes <= self.capacity_bytes else
-                   f"; no placement fits {format_number(self.capacity_bytes / GIB)} GiB a GPU (offloaded, one needs "
-                   f"{format_number(self.rows[1].device_bytes / GIB)} GiB): every figure is priced as if it did"))
+                   f"; no placement fits {gib(self.capacity_bytes)} a GPU (offloaded, one needs "
+                   f"{gib(self.rows[1].device_bytes)}): every figure is priced as if it did"))
 
     @property
     def combine(self) -> str:
@@ -358,8 +357,8 @@ def held_text(w: "WhatIf") -> str:
 
     extra = {k: v for k, v in w.held_hbm.items() if k not in w.held_offloaded}
     return (f"HBM a GPU holds (ZeRO-{w.zero}, GiB): with the state offloaded, {listed(w.held_offloaded)} = "
-            f"{format_number(w.rows[1].device_bytes / GIB)} GiB; all-HBM adds {listed(extra)} = "
-            f"{format_number(w.hbm.device_bytes / GIB)} GiB")
+            f"{gib(w.rows[1].device_bytes)}; all-HBM adds {listed(extra)} = "
+            f"{gib(w.hbm.device_bytes)}")
 
 
 def _unfit(parts: dict[str, float], capacity: int, recompute: bool, zero: int, gpus: int) -> Need:
@@ -381,7 +380,7 @@ def _unfit(parts: dict[str, float], capacity: int, recompute: bool, zero: int, g
         ways.append("more GPUs, with --zero 3")
     first = f"fit it first: {', or '.join(ways)}" if ways else "nothing advise can vary fits it"
     return Need("both", "fit", None,
-                f"does not fit {format_number(capacity / GIB)} GiB a GPU (needs {format_number(need / GIB)} GiB, activations "
+                f"does not fit {gib(capacity)} a GPU (needs {gib(need)}, activations "
                 f"{activations / GIB:,.0f} of it): no host rate makes it run, so none is named; {first}")
 
 
@@ -397,9 +396,9 @@ def _stage(zero: int | None, gpus: int, zero2_need: int, capacity: int) -> tuple
     if gpus == 1:
         return 2, "one GPU: nothing to shard the parameters over"
     if zero2_need <= capacity:
-        return 2, f"{format_number(zero2_need / GIB)} GiB a GPU with the state offloaded fits {format_number(capacity / GIB)} GiB"
-    return 3, (f"ZeRO-2's whole bf16 copy would need {format_number(zero2_need / GIB)} GiB a GPU with the state offloaded, "
-               f"more than its {format_number(capacity / GIB)} GiB")
+        return 2, f"{gib(zero2_need)} a GPU with the state offloaded fits {gib(capacity)}"
+    return 3, (f"ZeRO-2's whole bf16 copy would need {gib(zero2_need)} a GPU with the state offloaded, "
+               f"more than its {gib(capacity)}")
 
 
 def _node_rates(gpu: GpuInputs, tier: HostTier, scale_adamw: float = 1.0, scale_nvme: float = 1.0) -> Rates:

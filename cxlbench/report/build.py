@@ -16,7 +16,7 @@ import pandas as pd
 
 from cxlbench.analysis import machine as machine_mod
 from cxlbench.analysis.compare import fmt_num, params_text
-from cxlbench.analysis.derive import LOADED_KEYS
+from cxlbench.analysis.derive import LOADED_KEYS, at_share_of_peak
 from cxlbench.analysis.headlines import Figure
 from cxlbench.analysis.held import Held
 from cxlbench.analysis.reduction import precision
@@ -271,13 +271,12 @@ def _loaded_latency(tp: pd.DataFrame) -> dict | None:
     if not curves:
         return None
     idle, name, curve = min(curves, key=lambda c: (math.isnan(c[0]), c[0]))
-    curve = curve.sort_values("median_bw")
-    peak = float(curve["median_bw"].max())
+    peak, [median, lo, hi] = at_share_of_peak(curve["median_bw"], [curve[c] for c in ("median", "lo", "hi")],
+                                              LOADED_AT)
     x = LOADED_AT * peak
-    at = {c: float(np.interp(x, curve["median_bw"], curve[c])) for c in ("median", "lo", "hi")}
     which = ", ".join(f"{k} {v}" for k, v in zip(keys, name if isinstance(name, tuple) else (name,))
                       if k not in ("target",) and pd.notna(v))
-    return cell(at["median"], at["lo"], at["hi"],
+    return cell(median, lo, hi,
                 f"{which}: at {num(x)} GB/s, {LOADED_AT:.0%} of its {num(peak)} GB/s peak, interpolated "
                 f"between its points (their intervals too)")
 
