@@ -173,6 +173,13 @@ def differences(profiles: list[Profile], ignore: tuple[str, ...] | list[str] = (
 IDENTITY_FIELDS = ("cpu_model", "sockets", "cores", "numa_nodes", "tiers", "gpus", "kernel")
 
 
+def restricted(allowed: str) -> str:
+    """What a narrowed CPU affinity does to a run, for the report and the terminal alike."""
+    return (f"This process could run only on CPUs {allowed} (its affinity: taskset, a cpuset or a scheduler's "
+            f"binding): each node is measured from its allowed CPUs alone; thread counts above them, and a node "
+            f"with none, are left out of the plan.")
+
+
 def warnings(meta: dict[str, Any]) -> list[str]:
     """Environment warnings for a report: what makes this machine's figures
     differ from a quiet bare-metal machine, plus the run's own warnings."""
@@ -187,10 +194,7 @@ def warnings(meta: dict[str, Any]) -> list[str]:
     if env.get("governor") and env["governor"] != "performance":
         out.append(f"CPU frequency governor is {env['governor']!s}, not performance: clocks may move between runs.")
     if env.get("allowed_cpus"):
-        out.append(f"This process could run only on CPUs {env['allowed_cpus']} (its affinity: taskset, a cpuset or "
-                   "a scheduler's binding): each "
-                   "node's figures are from its allowed CPUs, thread counts above them were not planned, and a "
-                   "node with none was skipped.")
+        out.append(restricted(env["allowed_cpus"]))
     if env.get("numa_balancing"):
         out.append("Automatic NUMA balancing is on: the kernel may migrate pages during a case.")
     if env.get("demotion_enabled"):

@@ -120,9 +120,8 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
 
 
 def _restricted(allowed: str) -> str:
-    return (f"warning: this process could run only on CPUs {allowed} (its affinity: taskset, a cpuset or a "
-            f"scheduler's binding): each node is measured from its allowed CPUs alone, thread counts above them "
-            f"are not planned")
+    from cxlbench.analysis.machine import restricted
+    return f"warning: {restricted(allowed)}"
 
 
 def _why_none(results) -> str:
