@@ -101,6 +101,26 @@ def test_a_probe_that_cannot_be_built_leaves_its_cases_skipped_and_the_run_goes_
     assert "drift: no sentinels (the sentinels would hold" in tier_summary(stored.samples, stored.meta)
 
 
+def test_a_probe_killed_by_sigkill_says_out_of_memory_as_a_case_s_worker_does():
+    """The OOM killer's signal: an ordinary case's worker got the hint, the probe only
+    its exit code (-9)."""
+    import os
+    import signal
+    import time
+    from cxlbench.runner.sentinels import _CTX, Watch
+    watch = Watch(None, None, None, 0.0)
+    watch.conn, child = _CTX.Pipe()
+    watch.proc = _CTX.Process(target=time.sleep, args=(60,), daemon=True)
+    watch.proc.start()
+    child.close()
+    os.kill(watch.proc.pid, signal.SIGKILL)
+    status, reason = watch._receive(30)
+    watch._stop()
+    assert status == "failed"
+    assert reason == ("the probe process killed by SIGKILL (out of memory? the kernel's OOM killer "
+                      "sends SIGKILL)")
+
+
 @pytest.mark.parametrize("top, says", [('sentinels = "yes"', "expected true, false or a table"),
                                         ("[sentinels]\nintervall_s = 5", "'intervall_s'")])
 def test_a_sentinel_setting_it_cannot_honour_exits_2_in_one_line(tmp_path, capsys, top, says):

@@ -28,7 +28,7 @@ from cxlbench.benchmarks.base import Env, Planned, Skip
 from cxlbench.benchmarks.spec import SpecError, parse
 from cxlbench.results.schema import FAILED, OK, SKIPPED, CaseResult
 from cxlbench.runner.suite import SuiteError
-from cxlbench.runner.worker import why_not_started
+from cxlbench.runner.worker import death, why_not_started
 
 KEY = "sentinels"
 _CTX = mp.get_context("spawn")
@@ -169,7 +169,7 @@ class Watch:
             return FAILED, f"the probe did not answer within {timeout_s:g} s"
         except (EOFError, OSError):
             self.proc.join(5)
-            return FAILED, f"the probe process died (exit code {self.proc.exitcode})"
+            return FAILED, death(self.proc.exitcode, "the probe process")
 
     def _end(self, status: str, reason: str) -> None:
         """No more visits: what was measured stays; cases never measured get the reason."""

@@ -152,7 +152,7 @@ def _wait(proc, recv, timeout_s: float) -> Outcome:
             return recv.recv()
         except EOFError:                          # the pipe closed: the worker died
             proc.join(10)
-            return Outcome(FAILED, reason=_death(proc.exitcode))
+            return Outcome(FAILED, reason=death(proc.exitcode))
     proc.kill()
     proc.join()
     return Outcome(FAILED, reason=f"{TIMED_OUT} {timeout_s:.0f} s")
@@ -190,7 +190,7 @@ def _run_elsewhere(case: Case, ref: str, env: Env, timeout_s: float, inst: Insta
             return Outcome(FAILED, reason=f"{TIMED_OUT} {timeout_s:.0f} s")
         if not out.exists():
             last = err.decode(errors="replace").strip().splitlines()
-            return Outcome(FAILED, reason=_death(proc.returncode) + (f": {last[-1]}" if last else ""))
+            return Outcome(FAILED, reason=death(proc.returncode) + (f": {last[-1]}" if last else ""))
         try:
             return pickle.loads(out.read_bytes())
         except Exception as e:                      # another version's records
@@ -211,12 +211,13 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _death(code: int | None) -> str:
+def death(code: int | None, who: str = "worker") -> str:
+    """Why a child ended without a result, in words; SIGKILL with the likeliest sender."""
     if code is not None and code < 0:
         name = signal.Signals(-code).name
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
-        return f"worker killed by {name}{hint}"
-    return f"worker exited with code {code} without a result"
+        return f"{who} killed by {name}{hint}"
+    return f"{who} exited with code {code} without a result"
 
 
 if __name__ == "__main__":
