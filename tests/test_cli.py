@@ -191,6 +191,13 @@ def test_a_reader_that_leaves_costs_neither_the_files_asked_for_nor_the_verdict(
     assert json.loads((tmp_path / "g.json").read_text())
 
 
+def test_a_full_disk_under_stdout_is_named_as_stdout_not_left_to_read_as_the_results_disk():
+    with open("/dev/full", "w") as full:
+        out = _cli_process(["advise", "--model", "8b", "--gpu", "h200", "--host", "h100-8gpu-cxl"], full)
+    assert out.returncode == 2
+    assert out.stderr == "cxlbench: error: standard output: No space left on device\n"
+
+
 def test_a_terminal_without_unicode_gets_question_marks_not_a_traceback(tmp_path):
     out = _cli_process(["advise", "--model", "8b", "--gpu", "h200", "--host", "h100-8gpu-cxl"], -1,
                        {"PYTHONIOENCODING": "ascii", "LC_ALL": "C", "PYTHONUTF8": "0"})

@@ -29,9 +29,10 @@ class ReaderMayLeave:
     (2>/dev/full), since no note is worth the measurement; stdout's output is what the
     user asked for, so only a reader leaving drops it."""
 
-    def __init__(self, stream, notes_only: bool = False):
+    def __init__(self, stream, notes_only: bool = False, name: str = "standard output"):
         self._stream = stream
         self._notes_only = notes_only
+        self._name = name
         self.gone = False
 
     def write(self, text: str) -> int:
@@ -51,8 +52,8 @@ class ReaderMayLeave:
 
     def _leave_or_raise(self, e: OSError) -> None:
         ends = isinstance(e, BrokenPipeError) or (self._notes_only and e.errno in GONE_ERRNOS)
-        if not ends:
-            raise e
+        if not ends:       # named: "No space left on device" alone reads as the results' disk
+            raise OSError(e.errno, e.strerror, self._name) if e.filename is None else e
         self._leave()
 
     def _leave(self) -> None:
@@ -107,7 +108,7 @@ def standing():
     stop = Stop()
     streams = sys.stdout, sys.stderr
     sys.stdout = ReaderMayLeave(streams[0])
-    sys.stderr = ReaderMayLeave(streams[1], notes_only=True)
+    sys.stderr = ReaderMayLeave(streams[1], notes_only=True, name="standard error")
 
     def stopped(signum, _frame):
         if stop.signal is not None:     # a second one (a second Ctrl-C, TERM then HUP): the first is
