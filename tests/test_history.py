@@ -193,14 +193,39 @@ def test_under_ten_runs_of_history_is_inconclusive_and_says_so(tmp_path):
     assert "8 runs of history since the first run, 10 needed" in v.notes[0]
 
 
-def test_an_accepted_change_starts_the_reference_window(tmp_path):
+def test_a_step_nobody_accepted_is_still_judged_from_before_it_and_accepting_it_starts_the_window(tmp_path):
+    """12 slow runs already fill half the window: their spread had hidden the step, so
+    a regression passed the gate from its third night on, never accepted."""
     paths = _runs(tmp_path, 26, slow_from=13)
-    assert _judge(paths, 25).status == PASS            # the slow runs are history by now: no alarm
+    v = _judge(paths, 25)
+    assert v.status == SUSPECT
+    step = load_run(paths[13]).run_id
+    assert list(v.rows["stepped"]) == [step, step]
+    assert [n for n in v.notes if "stepped" in n] == [
+        f"2 points stepped the bad way at {step} (-10% to +9%) and no one accepted it, so they are judged "
+        f"against the runs before it; if the change is intended: cxlbench history RESULTS --accept {step} "
+        f"--reason '...'"]
     hist.accept(paths[13], "new DIMMs")
     v = _judge(paths, 25)
     assert v.status == PASS and v.reference[0] == load_run(paths[13]).run_id
     v = _judge(paths, 20)
     assert v.status == SHORT                           # 7 runs since the accepted one
+
+
+@pytest.mark.parametrize("levels, status", [
+    (((1.0, 12), (0.85, 12), (1.0, 1)), SUSPECT),   # an improvement is the new level: a step back regresses
+    (((1.0, 12), (1.2, 6), (1.0, 6)), PASS),        # a regression fixed: passes, nothing to say
+])
+def test_the_reference_is_the_last_level_no_worse_than_those_before_it(tmp_path, levels, status):
+    paths = []
+    for i, (factor, n) in enumerate(levels):
+        paths += _runs(tmp_path, n, factor=factor, slow_from=0, seed=i, out=tmp_path / "results")
+    for i, p in enumerate(paths):               # one sequence in time, whatever call wrote it
+        meta = json.loads((p / "run.json").read_text())
+        meta["started"] = (START + pd.Timedelta(minutes=15 * i)).isoformat()
+        (p / "run.json").write_text(json.dumps(meta))
+    v = _judge(paths, len(paths) - 1)
+    assert v.status == status and not any(v.rows["stepped"])
 
 
 def test_accepting_needs_a_reason(tmp_path):

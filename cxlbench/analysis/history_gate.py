@@ -2,7 +2,9 @@
 usually is?
 
 The reference is the last `window` runs (default 25, at least 10) before the
-current one, since the latest accepted change. Their spread *is* the between-run
+current one, since the latest accepted change; a figure whose history stepped the
+bad way since then, and nobody accepted the step, is judged against the runs
+before it (before_unaccepted_step). Their spread *is* the between-run
 variance — measured, not assumed — so the test for each point is a prediction
 interval: how likely is a run this far the bad way from the history's mean, if
 nothing changed? (one-sided Student t on log values, n-1 degrees of freedom,
@@ -30,6 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import false_discovery_control
 
+from cxlbench.analysis.changepoints import change_points
 from cxlbench.analysis.gate import timed_out_error
 from cxlbench.analysis.history import History, labels, run_rows
 from cxlbench.analysis.stats import contiguity_note, t_cdf, t_quantile
@@ -116,11 +119,59 @@ def _bad(change: float, higher_is_better: bool, threshold: float) -> bool:
 def reference(h: History, current_id: str, exclude: set[str], rule: Rule) -> list[str]:
     """The runs the current one is judged against: before it, since the latest
     accepted change, not among the excluded, the newest `window`."""
+    return since_accepted(h, current_id, exclude)[-rule.window:]
+
+
+def since_accepted(h: History, current_id: str, exclude: set[str]) -> list[str]:
+    """Every run before the current one since the latest accepted change, oldest first."""
     pos = dict(zip(h.runs["run_id"], h.runs["position"]))
     start = h.accepted_from()
     end = pos.get(current_id, len(h.runs))
-    ids = [r for r, p in pos.items() if start <= p < end and r not in exclude]
-    return ids[-rule.window:]
+    return [r for r, p in pos.items() if start <= p < end and r not in exclude]
+
+
+def before_unaccepted_step(rows: pd.DataFrame, higher: bool, rule: Rule) -> tuple[pd.DataFrame, tuple | None]:
+    """One point's reference where its history since the latest accepted change has
+    steps: the newest `window` runs at the level a run is held to, and where the
+    latest runs are worse than it, that step (its first run, its size). Without this the window fills
+    with a regression's runs (each failing night adds itself and its two
+    confirmations), their spread hides the step, and by the third night a regression
+    nobody accepted passes. The level: the first segment's, replaced by a later one
+    better by the gate's threshold (an improvement is what a later run is held to),
+    joined by one within the threshold (the same level again, a regression fixed),
+    never by a worse one. `rows`: the point's runs, oldest first."""
+    values = rows["median"].to_numpy(float)
+    ok = np.isfinite(values) & (values > 0)
+    kept, values = rows[ok], values[ok]
+    cuts = [c.index for c in change_points(values, rule.threshold)]
+    segments = list(zip([0] + cuts, cuts + [len(kept)]))
+    level = [float(np.mean(np.log(values[a:b]))) for a, b in segments]
+    held = [0]
+    for i in range(1, len(segments)):
+        change = math.expm1(level[i] - level[held[0]])
+        if (change >= rule.threshold) if higher else (change <= -rule.threshold):
+            held = [i]                   # better by the threshold: the new level
+        elif not _bad(change, higher, rule.threshold):
+            held.append(i)               # within it: the same level again
+    ref = pd.concat([kept.iloc[a:b] for a, b in (segments[i] for i in held)]).tail(rule.window)
+    if held[-1] == len(segments) - 1:
+        return ref, None
+    after = held[-1] + 1
+    return ref, (kept["run_id"].iloc[segments[after][0]], math.expm1(level[after] - level[held[0]]))
+
+
+def step_notes(rows: pd.DataFrame) -> list[str]:
+    """One line per unaccepted step the points are judged across, not one per point."""
+    if "stepped" not in rows:
+        return []
+    out = []
+    for run_id, g in rows[rows["stepped"] != ""].groupby("stepped", sort=False):
+        lo, hi = g["step"].min(), g["step"].max()
+        size = f"{lo:+.0%}" if f"{lo:+.0%}" == f"{hi:+.0%}" else f"{lo:+.0%} to {hi:+.0%}"
+        out.append(f"{len(g)} point{'s' if len(g) > 1 else ''} stepped the bad way at {run_id} ({size}) and no one "
+                   f"accepted it, so {'they are' if len(g) > 1 else 'it is'} judged against the runs before it; "
+                   f"if the change is intended: cxlbench history RESULTS --accept {run_id} --reason '...'")
+    return out
 
 
 def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = Rule(),
@@ -156,7 +207,16 @@ def _judge(h: History, current: Run, confirmations: list[Run], rule: Rule,
                               notes=[f"inconclusive: 0 runs of history for {h.machine}/{h.suite}, "
                                      f"{rule.min_history} needed"])
     base = h.rows[h.rows["run_id"].isin(ref)]
-    rows = [_point(row, base[base["point"] == row["point"]], conf, rule) for _, row in cur.iterrows()]
+    since = None if reference_ids is not None else \
+        h.rows[h.rows["run_id"].isin(since_accepted(h, current.run_id, {c.run_id for c in confirmations}))]
+    rows = []
+    for _, row in cur.iterrows():
+        mine, stepped = base[base["point"] == row["point"]], None
+        if since is not None:
+            mine, stepped = before_unaccepted_step(since[since["point"] == row["point"]].sort_values("position"),
+                                                   row["better"] == "higher", rule)
+        rows.append({**_point(row, mine, conf, rule), "stepped": stepped[0] if stepped else "",
+                     "step": stepped[1] if stepped else math.nan})
     table = pd.DataFrame(rows)
     verdict = HistoryVerdict(PASS, table, rule, current.run_id, ref, [c.run_id for c in confirmations],
                              normalize=h.normalize)
@@ -311,6 +371,7 @@ def _decide(v: HistoryVerdict) -> HistoryVerdict:
     good = [(c >= rule.threshold) if h else (c <= -rule.threshold) for c, h in zip(t["change"], higher)]
     t.loc[(t["q_faster"] <= rule.q) & pd.Series(good, index=t.index), "verdict"] = "faster"
     t["note"] = [_contiguity_note(r) for r in t.to_dict("records")]
+    v.notes += step_notes(t)
     v.status = FAIL if any(confirmed) else (SUSPECT if waiting.any() else PASS)
     if waiting.any():
         n = int(waiting.sum())

@@ -152,6 +152,8 @@ def verdict_junit(v: HistoryVerdict) -> str:
                            name=_name(r["label"], r.get("relative_to")))
         detail = (f"history {format_number(r['baseline'])} {r['unit']} (run-to-run {_pct(r['noise'], False)}), "
                   f"current {format_number(r['current'])}, change {_pct(r['change'])}, q {_p(_p_q(r)[1])}")
+        if r.get("stepped"):
+            detail += f"; judged against the runs before its step at {r['stepped']} ({_pct(r['step'])}), not accepted"
         if r.get("note"):
             detail += f"; {r['note']}"
         verdict = str(r.get("verdict", ""))
