@@ -195,6 +195,10 @@ def warnings(meta: dict[str, Any]) -> list[str]:
         out.append(f"CPU frequency governor is {env['governor']!s}, not performance: clocks may move between runs.")
     if env.get("allowed_cpus"):
         out.append(restricted(env["allowed_cpus"]))
+    if env.get("memory_limit_bytes"):
+        out.append(f"This process's memory is limited to {env['memory_limit_bytes'] / 2**30:.1f} GiB by its cgroup "
+                   f"(a container's, a pod's, a job's; {(env.get('memory_limit_free_bytes') or 0) / 2**30:.1f} GiB "
+                   f"free when the machine was read): cases sized past it were skipped, not measured.")
     if env.get("numa_balancing"):
         out.append("Automatic NUMA balancing is on: the kernel may migrate pages during a case.")
     if env.get("demotion_enabled"):

@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks.base import Env, Headline, Planned, Show, host_pairs, metrics, place, placement_found, sweep
+from cxlbench.benchmarks.base import (Env, Headline, Planned, Show, host_pairs, memory_short, metrics, place,
+                                      placement_found, sweep)
 from cxlbench.benchmarks.sizes import array_bytes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec, Threads
 from cxlbench.results.schema import Case, Metric, Sample
@@ -86,11 +87,7 @@ def plan(spec: Spec, env: Env) -> list[Planned]:
 
 
 def _cannot(params: dict, tier, env: Env) -> str | None:
-    node = env.machine.nodes.get(tier.node)
-    need = KERNELS[params["kernel"]][0] * params["array_bytes"]
-    if node is not None and need > node.mem_free_bytes * 0.8:
-        return f"needs {need >> 20} MiB, more than 80% of node {tier.node}'s free memory"
-    return None
+    return memory_short(env, tier.node, KERNELS[params["kernel"]][0] * params["array_bytes"])
 
 
 def _estimate(params: dict, spec: Spec) -> float:

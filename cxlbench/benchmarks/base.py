@@ -163,6 +163,31 @@ def node_cpus(env: Env, node: int | None) -> list[int]:
     return [] if init is None or init.not_allowed else list(init.cpus)
 
 
+def free_memory(env: Env, node: int | None) -> tuple[int, str] | None:
+    """(bytes a case may take from a node, what bounds it): the node's free memory, or
+    less where this process's memory cgroup (a pod's, a job's) leaves less. Sized from
+    the node alone, a case is killed by the cgroup's OOM killer mid-measurement instead
+    of being skipped with the reason before it runs. None: no such node."""
+    n = env.machine.nodes.get(node) if node is not None else None
+    if n is None:
+        return None
+    e = env.machine.environment
+    if e.memory_limit_free_bytes is not None and e.memory_limit_free_bytes < n.mem_free_bytes:
+        return (e.memory_limit_free_bytes, f"what this process's memory limit leaves free "
+                                           f"({e.memory_limit_free_bytes >> 20} of {e.memory_limit_bytes >> 20} MiB, "
+                                           f"its cgroup's)")
+    return n.mem_free_bytes, f"node {node}'s free memory"
+
+
+def memory_short(env: Env, node: int | None, need: int, share: float = 0.8, on: str = "") -> str | None:
+    """Why a case needing `need` bytes on a node is not run: more than `share` of
+    what it may take there (free_memory); None when it fits."""
+    free = free_memory(env, node)
+    if free is None or need <= free[0] * share:
+        return None
+    return f"needs {need >> 20} MiB{f' on {on}' if on else ''}, more than {share:.0%} of {free[1]}"
+
+
 def host_pairs(spec: Spec, env: Env) -> list[tuple[Initiator, Tier]]:
     """The CPU-initiator × host-tier matrix a spec asks for.
 

@@ -12,7 +12,7 @@ import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from cxlbench.benchmarks.base import Env, Planned, Skip
+from cxlbench.benchmarks.base import Env, Planned, Skip, memory_short
 from cxlbench.benchmarks.spec import Spec as BaseSpec
 from cxlbench.gpu.errors import NO_GPU, Unavailable
 from cxlbench.results.schema import Case
@@ -83,10 +83,7 @@ def gpu_memory_skip(env: Env, gpu: Initiator, need: int, fraction: float = 0.85)
 
 
 def host_memory_skip(env: Env, tier: Tier, need: int) -> str | None:
-    node = env.machine.nodes.get(tier.node) if tier.node is not None else None
-    if node is not None and need > node.mem_free_bytes * 0.8:
-        return f"needs {need >> 20} MiB, more than 80% of node {tier.node}'s free memory"
-    return None
+    return memory_short(env, tier.node, need)
 
 
 def planned(name: str, gpu: Initiator, tier: Tier, params: dict, spec: GpuSpec, skip: str | None,

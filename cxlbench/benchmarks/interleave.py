@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 
 from cxlbench.benchmarks import loaded_latency
 from cxlbench.benchmarks.bandwidth import KERNELS, Kernel, thread_counts, time_kernel
-from cxlbench.benchmarks.base import Env, Planned, Show, Skip, metrics, sweep
+from cxlbench.benchmarks.base import Env, Planned, Show, Skip, memory_short, metrics, sweep
 from cxlbench.benchmarks.sizes import array_bytes
 from cxlbench.benchmarks.spec import Count, Delays, Mix, Size, Spec as BaseSpec, Threads, within
 from cxlbench.results.schema import Case, Metric, Sample
@@ -136,9 +136,9 @@ def cannot(params: dict, initiator, ddr, far, env: Env) -> str | None:
                     f"to chase and {params['load_threads']} to load")
         need = params["working_set_bytes"] + params["load_threads"] * params["load_bytes"]
     for tier, share in ((ddr, w / 100), (far, 1 - w / 100)):
-        node = env.machine.nodes.get(tier.node)
-        if node is not None and need * share > node.mem_free_bytes * 0.8:
-            return f"needs {int(need * share) >> 20} MiB on {tier.name}, more than 80% of its free memory"
+        short = memory_short(env, tier.node, int(need * share), on=tier.name)
+        if short:
+            return short
     return None
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cxlbench.benchmarks import tails
-from cxlbench.benchmarks.base import (Env, Headline, Planned, Show, Skip, cpu_held, host_pairs, metrics, place,
-                                     placement_found, sweep)
+from cxlbench.benchmarks.base import (Env, Headline, Planned, Show, Skip, cpu_held, host_pairs, memory_short,
+                                      metrics, place, placement_found, sweep)
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, hugetlb_short, resolve_sizes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
 from cxlbench.results.schema import Case, Metric, Sample
@@ -78,10 +78,10 @@ def plan(spec: Spec, env: Env) -> list[Planned]:
 def _cannot(params: dict, tier, env: Env) -> str | None:
     """Why a case cannot run here, decided before spending time on it."""
     page = params["page"]
-    node = env.machine.nodes.get(tier.node)
     need = params["working_set_bytes"]
-    if node is not None and need > node.mem_free_bytes * 0.8:
-        return f"working set {need >> 20} MiB exceeds 80% of node {tier.node}'s free memory"
+    short = memory_short(env, tier.node, need)
+    if short:
+        return short
     if page.startswith("hugetlb"):
         return hugetlb_short(env.machine, tier.node, page, -(-need // PAGE_BYTES[page]))
     return None

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cxlbench.benchmarks import tails
-from cxlbench.benchmarks.base import (Env, Planned, Show, as_list, host_pairs, metrics, place, placement_found,
-                                     sweep)
+from cxlbench.benchmarks.base import (Env, Planned, Show, as_list, host_pairs, memory_short, metrics, place,
+                                      placement_found, sweep)
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes, hugetlb_short
 from cxlbench.benchmarks.spec import Delays, Mix, Size, Spec as BaseSpec, Threads
 from cxlbench.results.schema import Case, Metric, Sample
@@ -138,11 +138,10 @@ def cannot(params: dict, initiator, tier, env: Env) -> str | None:
         return (f"{params['load_threads']} load threads need {params['load_threads'] + 1} CPUs "
                 f"on {initiator.name}, which has {ncpus}")
     page = params["page"]
-    node = env.machine.nodes.get(tier.node)
     loads = params["load_threads"] if parse_delays(params["delays"]) else 0
-    need = params["working_set_bytes"] + loads * params["load_bytes"]
-    if node is not None and need > node.mem_free_bytes * 0.8:
-        return f"needs {need >> 20} MiB, more than 80% of node {tier.node}'s free memory"
+    short = memory_short(env, tier.node, params["working_set_bytes"] + loads * params["load_bytes"])
+    if short:
+        return short
     if page.startswith("hugetlb"):
         return hugetlb_short(env.machine, tier.node, page, -(-params["working_set_bytes"] // PAGE_BYTES[page]) +
                              params["load_threads"] * -(-params["load_bytes"] // PAGE_BYTES[page]))

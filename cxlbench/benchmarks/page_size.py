@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cxlbench.benchmarks import bandwidth, latency
-from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, placement_found, sweep
+from cxlbench.benchmarks.base import (Env, Planned, Show, free_memory, host_pairs, metrics, place, placement_found,
+                                      sweep)
 from cxlbench.benchmarks.sizes import PAGE_BYTES, Page, array_bytes, latency_sweep
 from cxlbench.benchmarks.write_penalty import Threads, thread_list
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
@@ -56,7 +57,7 @@ def max_working_set(value, env: Env, tiers) -> int:
     tiers (and 8 GiB); else the size given."""
     if value != "auto":
         return value
-    free = [env.machine.nodes[t.node].mem_free_bytes for t in tiers if t.node in env.machine.nodes]
+    free = [f[0] for t in tiers if (f := free_memory(env, t.node)) is not None]
     limit = min([MAX_DEFAULT] + [f // 2 for f in free])
     size = 1 << 20
     while size * 2 <= limit:

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from cxlbench.benchmarks import bandwidth, latency
-from cxlbench.benchmarks.base import Env, Planned, Show, cpu_held, host_pairs, metrics, place, placement_found
+from cxlbench.benchmarks.base import (Env, Planned, Show, cpu_held, free_memory, host_pairs, metrics, place,
+                                      placement_found)
 from cxlbench.benchmarks.sizes import Page, array_bytes, stream_array_bytes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec, at_least
 from cxlbench.results.schema import Case, Metric, Sample
@@ -85,10 +86,9 @@ def plan(spec: Spec, env: Env) -> list[Planned]:
         case = Case(NAME, initiator.name, tier.name, tier.kind, params, spec.repetitions, 1)
         planned.append(Planned(case, None, 0.3 + spec.samples * spec.min_sample_s))
     held = sum(held_bytes(p.case.params) for p in planned)
-    node = env.machine.nodes.get(tier.node)
-    if node is not None and held > node.mem_free_bytes * 0.25:
-        why = (f"the sentinels would hold {held >> 20} MiB for the whole run, more than a quarter of "
-               f"node {tier.node}'s free memory")
+    free = free_memory(env, tier.node)
+    if free is not None and held > free[0] * 0.25:
+        why = f"the sentinels would hold {held >> 20} MiB for the whole run, more than a quarter of {free[1]}"
         for p in planned:
             p.skip = why
     return planned

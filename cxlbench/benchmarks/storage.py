@@ -38,7 +38,7 @@ import resource
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, place
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, free_memory, metrics, place
 from cxlbench.benchmarks.spec import Count, Seconds, Size, Spec as BaseSpec, at_least
 from cxlbench.results.schema import Case, Metric, Sample
 from cxlbench.storage.interrupts import completion_irqs, issuing_cpu, taken
@@ -178,11 +178,11 @@ def _cannot(params: dict, tier, env: Env) -> str | None:
     node = env.machine.nodes.get(params["host_node"])
     if node is not None and not node.mem_total_bytes:
         return f"host_node {params['host_node']} has no memory for the I/O buffers"
+    free = free_memory(env, params["host_node"])
     if rw == CHASE:
-        if node is not None and size > node.mem_free_bytes * 0.5:
-            return (f"the {size >> 20} MiB chase file is built in the page cache and needs "
-                    f"half of node {params['host_node']}'s free memory at most; ask for a smaller "
-                    f"chase_file_size")
+        if free is not None and size > free[0] * 0.5:
+            return (f"the {size >> 20} MiB chase file is built in the page cache and needs half of "
+                    f"{free[1]} at most; ask for a smaller chase_file_size")
         return None
     block, qd, engine = params["block_bytes"], params["qd"], params["engine"]
     if engine == "psync" and qd != 1:
@@ -194,8 +194,8 @@ def _cannot(params: dict, tier, env: Env) -> str | None:
     if size < block * max(qd, 2):
         return f"a {size >> 20} MiB file is too small for {qd} I/Os of {block >> 10} KiB in flight"
     buffers = block * qd
-    if node is not None and buffers > node.mem_free_bytes * 0.5:
-        return f"{buffers >> 20} MiB of I/O buffers exceed half of node {params['host_node']}'s free memory"
+    if free is not None and buffers > free[0] * 0.5:
+        return f"{buffers >> 20} MiB of I/O buffers exceed half of {free[1]}"
     return None
 
 

@@ -355,7 +355,14 @@ def _host_needs(case: Case, cfg) -> dict[str, int]:
 def _fits(case: Case, env: Env, cfg, fresh: bool = False) -> str | None:
     """Why a case's state would not fit its tiers (80% of their free memory), or None.
     fresh: read the nodes' free memory now rather than the planning snapshot."""
-    for name, need in _host_needs(case, cfg).items():
+    needs = _host_needs(case, cfg)
+    host = sum(need for name, need in needs.items() if name in env.tiers and env.tiers[name].kind != "nvme")
+    room = env.machine.environment.memory_limit_free_bytes
+    if room is not None and host > 0.8 * room:       # a pod's, a job's limit: all the tiers' state is this process's
+        return (f"needs ~{host / 2**30:.1f} GiB of host memory, more than 80% of what this process's memory "
+                f"limit leaves free ({room / 2**30:.1f} of {env.machine.environment.memory_limit_bytes / 2**30:.1f} "
+                f"GiB, its cgroup's)")
+    for name, need in needs.items():
         tier = env.tiers.get(name)
         if tier is None:
             continue

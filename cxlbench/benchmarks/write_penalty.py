@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from cxlbench.benchmarks.bandwidth import thread_counts
-from cxlbench.benchmarks.base import Env, Planned, Show, host_pairs, metrics, place, placement_found, sweep
+from cxlbench.benchmarks.base import (Env, Planned, Show, host_pairs, memory_short, metrics, place,
+                                      placement_found, sweep)
 from cxlbench.benchmarks.sizes import array_bytes
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec, Threads as ThreadCount, within
 from cxlbench.results.schema import Case, Metric, Sample
@@ -116,10 +117,7 @@ def cannot(params: dict, tier, env: Env) -> str | None:
     wb = params["write_bytes"]
     if wb % 4 or not 4 <= wb <= LINE:
         return f"write_bytes {wb}: a multiple of 4 from 4 to 64"
-    node = env.machine.nodes.get(tier.node)
-    if node is not None and params["array_bytes"] > node.mem_free_bytes * 0.8:
-        return f"needs {params['array_bytes'] >> 20} MiB, more than 80% of node {tier.node}'s free memory"
-    return None
+    return memory_short(env, tier.node, params["array_bytes"])
 
 
 def estimate(params: dict, spec: Spec) -> float:

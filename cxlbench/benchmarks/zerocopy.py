@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cxlbench.benchmarks.base import Env, Planned, Show, metrics, place, placement_found, sweep
+from cxlbench.benchmarks.base import Env, Planned, Show, memory_short, metrics, place, placement_found, sweep
 from cxlbench.benchmarks.sizes import array_bytes
 from cxlbench.benchmarks.write_penalty import Threads, thread_list
 from cxlbench.benchmarks.spec import Count, Size, Spec as BaseSpec
@@ -105,10 +105,9 @@ def cannot(params: dict, initiator, far, local, env: Env) -> str | None:
     if params["threads"] > len(initiator.cpus):
         return f"{params['threads']} threads, but {initiator.name} has {len(initiator.cpus)} CPUs"
     for tier in (far, local):
-        node = env.machine.nodes.get(tier.node)
-        if node is not None and params["data_bytes"] > node.mem_free_bytes * 0.4:
-            return (f"needs {params['data_bytes'] >> 20} MiB on {tier.name}, more than 40% of "
-                    f"node {tier.node}'s free memory")
+        short = memory_short(env, tier.node, params["data_bytes"], 0.4, on=tier.name)
+        if short:
+            return short
     return None
 
 

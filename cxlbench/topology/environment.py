@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 
+from .cgroup import memory_limit
 from .cpu import cpuinfo_fields
 from .hugepages import thp_defrag, thp_enabled
 from .model import Environment
@@ -92,4 +93,10 @@ def read_environment(root: str = "/") -> Environment:
         bios_version=read_text(root, "/sys/class/dmi/id/bios_version"),
         bios_date=read_text(root, "/sys/class/dmi/id/bios_date"),
         microcode=cpuinfo.get("microcode"),
+        **_memory_limit(root),
     )
+
+
+def _memory_limit(root: str) -> dict:
+    limit = memory_limit(root)
+    return {"memory_limit_bytes": limit.limit_bytes, "memory_limit_free_bytes": limit.free_bytes} if limit else {}

@@ -151,6 +151,10 @@ class Environment:
     # The CPUs this process may run on, where that is fewer than the machine's (taskset,
     # a container's cpuset), as a list ("1,3-4"); None: all of them
     allowed_cpus: str | None = None
+    # This process's memory cgroup (a pod's, a job's): its tightest limit and what that
+    # left free when the machine was read; None: no limit
+    memory_limit_bytes: int | None = None
+    memory_limit_free_bytes: int | None = None
 
 
 @dataclass
