@@ -35,7 +35,7 @@ class JobSpec:
     namespace: str = "default"
     time_limit_s: int = 3600
     hugepages: dict[str, str] = field(default_factory=dict)    # {"2Mi": "2Gi"}
-    memory: str = "4Gi"
+    memory: str = "16Gi"                  # a triad's arrays are 4x the LLC each: 6 GiB beside a 480 MiB L3
     privileged: bool = False
     secret: str | None = None             # credentials for the store (envFrom)
     endpoint: str | None = None           # CXLBENCH_S3_ENDPOINT
