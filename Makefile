@@ -5,32 +5,37 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# The CPU build of torch that satisfies the dependency range without
-# downloading a multi-GB CUDA build. On a GPU machine: make TORCH_SPEC=torch
-TORCH_SPEC ?= torch==2.13.0
+# torch's CPU build: PyPI's Linux wheel of the same version is the CUDA one, which
+# brings a few GB of NVIDIA libraries a CPU machine never loads. The CPU index's
+# wheel (2.13.0+cpu) outranks PyPI's 2.13.0, so pip takes it where the index is
+# reachable, and PyPI's where it is not. On a GPU machine: make TORCH_SPEC=torch TORCH_INDEX=
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 SUITE  ?= quick
 ARGS   ?=
 
 .PHONY: bench test setup clean
 
-# What the C core's build needs and lacks, in words (nothing when all is there): the
+# What the setup needs and lacks, in words (nothing when all is there): the
 # compiler setuptools will call ($CC, else the one Python was built with, as
-# sysconfig names it) and Python's headers. Without this, pip fails a minute in,
-# the cause buried in its output.
-MISSING_FOR_C = import os, shutil, sysconfig; \
+# sysconfig names it), Python's headers, and a venv that can install pip (Debian
+# ships ensurepip apart). Without this, pip fails a minute in, the cause buried in
+# its output.
+MISSING_FOR_SETUP = import os, shutil, sysconfig, importlib.util; \
 	cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]; \
 	h = os.path.join(sysconfig.get_path("include"), "Python.h"); \
 	print(f"no C compiler ({cc} is not on PATH)" if not shutil.which(cc) else \
-	      f"no Python headers ({h} is missing)" if not os.path.exists(h) else "")
+	      f"no Python headers ({h} is missing)" if not os.path.exists(h) else \
+	      "no venv module with pip (ensurepip is missing)" if not importlib.util.find_spec("ensurepip") else "")
 
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard cxlbench/_native/*.c cxlbench/_native/*.h)
-	@missing=$$($(PYTHON) -c '$(MISSING_FOR_C)') || exit 1; [ -z "$$missing" ] || { \
-	  echo "make setup: the C core cannot be built: $$missing. Debian/Ubuntu: apt-get install" \
-	       "gcc python3-dev; Fedora: dnf install gcc python3-devel; or name a compiler you have:" \
+	@missing=$$($(PYTHON) -c '$(MISSING_FOR_SETUP)') || exit 1; [ -z "$$missing" ] || { \
+	  echo "make setup cannot start: $$missing. Debian/Ubuntu: apt-get install" \
+	       "gcc python3-dev python3-venv; Fedora: dnf install gcc python3-devel; or name a compiler you have:" \
 	       "make setup CC=clang" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $@
 

@@ -29,8 +29,8 @@ def test_setup_without_a_c_compiler_says_so_before_any_work(tmp_path, how):
     r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode != 0
     first = r.stderr.splitlines()[0]
-    assert first.startswith("make setup: the C core cannot be built: no C compiler ("), r.stderr
-    assert "is not on PATH" in first and "apt-get install gcc python3-dev" in first
+    assert first.startswith("make setup cannot start: no C compiler ("), r.stderr
+    assert "is not on PATH" in first and "apt-get install gcc python3-dev python3-venv" in first
     if how != "no compiler on PATH":
         assert "(no-such-cc is not on PATH)" in first
     assert not venv.exists(), "refused before the virtual environment is made"
