@@ -162,5 +162,10 @@ if [ "$check" = 1 ]; then
       else ctr=$(buildah from "$tag"); buildah run "$ctr" -- cxlbench topology; buildah rm "$ctr" >/dev/null; fi ;;
   esac
 fi
-say "push it where the nodes pull from: $engine push $tag REGISTRY/${tag#localhost/}"
+# podman and buildah push to a destination; docker pushes a tag, so it tags first
+if [ "$engine" = docker ]; then
+  say "push it where the nodes pull from: docker tag $tag REGISTRY/${tag#localhost/} && docker push REGISTRY/${tag#localhost/}"
+else
+  say "push it where the nodes pull from: $engine push $tag REGISTRY/${tag#localhost/}"
+fi
 say "then: cxlbench fleet manifests --image REGISTRY/${tag#localhost/} ..."

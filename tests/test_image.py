@@ -73,6 +73,11 @@ def test_the_images_are_named_after_the_package_version_and_the_last_line_says_h
     assert f" -t cxlbench:{__version__}-gpu " in build_command(dry_run("--gpu"))
     out = build_image("--dry-run", "--engine", "podman").stdout.splitlines()
     assert out[-1].endswith(f"cxlbench fleet manifests --image REGISTRY/cxlbench:{__version__} ...")
+    assert out[-2].endswith(f"podman push cxlbench:{__version__} REGISTRY/cxlbench:{__version__}")
+    # docker push takes one argument, the tag to push: tagged first ("requires 1 argument")
+    out = build_image("--dry-run", "--engine", "docker").stdout.splitlines()
+    assert out[-2].endswith(f"docker tag cxlbench:{__version__} REGISTRY/cxlbench:{__version__} && "
+                            f"docker push REGISTRY/cxlbench:{__version__}")
 
 
 def test_the_gpu_image_is_built_on_a_cuda_base_with_pypis_torch_and_the_gpu_extra():
