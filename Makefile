@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 # brings a few GB of NVIDIA libraries a CPU machine never loads. The CPU index's
 # wheel (2.13.0+cpu) outranks PyPI's 2.13.0, so pip takes it where the index is
 # reachable, and PyPI's where it is not. On a GPU machine: make TORCH_SPEC=torch TORCH_INDEX=
-TORCH_SPEC  ?= torch==2.13.0
+TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 SUITE  ?= quick
 ARGS   ?=
