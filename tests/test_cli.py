@@ -198,6 +198,18 @@ def test_a_full_disk_under_stdout_is_named_as_stdout_not_left_to_read_as_the_res
     assert out.stderr == "cxlbench: error: standard output: No space left on device\n"
 
 
+@pytest.mark.parametrize("option", ["--current", "--baseline"])
+def test_an_empty_run_name_is_refused_not_read_as_the_newest_run(capsys, option):
+    """`gate --history H --current "$SUSPECT"` with SUSPECT unset (python, not python3,
+    on a Debian runner) judged the newest run, a confirmation, and exited 3 for 1."""
+    args = ["gate", "--history", "results", "--current", ""] if option == "--current" else \
+        ["gate", "--baseline", "", "--current", "x"]
+    with pytest.raises(SystemExit) as end:
+        main(args)
+    assert end.value.code == 2
+    assert f"argument {option}: is empty (an unset shell variable?)" in capsys.readouterr().err
+
+
 def test_a_terminal_without_unicode_gets_question_marks_not_a_traceback(tmp_path):
     out = _cli_process(["advise", "--model", "8b", "--gpu", "h200", "--host", "h100-8gpu-cxl"], -1,
                        {"PYTHONIOENCODING": "ascii", "LC_ALL": "C", "PYTHONUTF8": "0"})

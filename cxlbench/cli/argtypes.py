@@ -31,6 +31,14 @@ def fraction(text: str) -> str:
     return text
 
 
+def named(text: str) -> str:
+    """A run, path or name that is not empty: `--current "$SUSPECT"` with SUSPECT unset
+    had judged the newest run instead, silently, and a CI job's verdict with it."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?)")
+    return text
+
+
 def whole(least: int, why: str = "", most: int | None = None) -> Callable[[str], int]:
     """A whole number ≥ least (and ≤ most, past which a value is a typo, not a machine)."""
     def parse(text: str) -> int:

@@ -17,7 +17,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from cxlbench.version import __version__
 from cxlbench.cli import commands
-from cxlbench.cli.argtypes import fraction, machine_root, out_file, results_dir, seconds, whole
+from cxlbench.cli.argtypes import fraction, machine_root, named, out_file, results_dir, seconds, whole
 from cxlbench.cli.commands import UserError
 from cxlbench.cli.preflight import REPORT_ONLY, cannot_start
 from cxlbench.cli.streams import ENDING, prepare_streams, standing
@@ -139,11 +139,12 @@ def parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("gate", help="exit 1 when a case regressed, 2 when the inputs are unusable")
     against = g.add_mutually_exclusive_group(required=True)
-    against.add_argument("--baseline", help="the run to compare with")
+    against.add_argument("--baseline", type=named, help="the run to compare with")
     against.add_argument("--history", nargs="+", metavar="RESULTS",
                          help="the machine's history instead: its runs of the current run's suite; "
                               "exit 3 when a point is suspect and needs confirmation runs")
-    g.add_argument("--current", help="the run to judge (with --history: a run id, or latest, the default)")
+    g.add_argument("--current", type=named,
+                   help="the run to judge (with --history: a run id, or latest, the default)")
     g.add_argument("--threshold", type=fraction, help="e.g. 5%% (default: the thresholds file's, else 5%%)")
     g.add_argument("--thresholds", help="per-benchmark thresholds file (TOML)")
     g.add_argument("--allow-missing", action="store_true",
