@@ -52,6 +52,17 @@ def test_two_steps_are_both_found_and_each_holds_between_its_neighbours():
     assert [c.index for c in change_points(x)] == [10, 20]
 
 
+@pytest.mark.parametrize("before, away, after", [(12, 6, 6), (10, 10, 9), (40, 10, 40)])
+def test_a_level_that_left_and_came_back_is_two_change_points(before, away, after):
+    """A regression fixed: split once, each side mixes both levels and no single split
+    held, so the history showed no change at all."""
+    x = _series(np.random.default_rng(8), n=before + away + after)
+    x[before:before + away] *= 1.2
+    cps = change_points(x)
+    assert [c.index for c in cps] == [before, before + away]
+    assert cps[0].magnitude > 0.15 and cps[1].magnitude < -0.12
+
+
 def test_change_points_are_the_same_every_time():
     x = _series(np.random.default_rng(7), sigma=0.04, step_at=9, step=0.08)
     assert change_points(x) == change_points(x)

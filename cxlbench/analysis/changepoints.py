@@ -15,6 +15,10 @@ made for a series of tens of runs:
   the null distribution, and the fixed seed keeps the answer reproducible
   (Otava's reason for replacing E-divisive's random permutations).
 
+Where no single split holds, a level that left and came back (a regression fixed a
+week later) is searched for as two cuts at once: split once, each side mixes both
+levels and no one split stands out, while the middle against the two ends does.
+
 A change point is kept only when it is significant and its magnitude (the ratio
 of the geometric means of the segments on each side) is at least
 `min_magnitude`: a shared VM drifts by a few percent over an hour, and a
@@ -34,6 +38,7 @@ MIN_SEGMENT = 3          # runs on each side: a step needs confirmations to be o
 MAX_PVALUE = 0.01
 MIN_MAGNITUDE = 0.05
 PERMUTATIONS = 999
+HUMP_MAX = 150           # runs in a segment searched for two cuts (the pairs grow as the square)
 
 
 @dataclass(frozen=True)
@@ -116,9 +121,58 @@ def _segment(x: np.ndarray, start: int, end: int, min_magnitude: float, max_pval
     pos, p = found
     cut = start + pos
     if p > max_pvalue or not _big_enough(np.mean(x[cut:end]) - np.mean(x[start:cut]), min_magnitude):
-        return []
+        return _hump(x, start, end, min_magnitude, max_pvalue, min_segment)
     return (_segment(x, start, cut, min_magnitude, max_pvalue, min_segment) + [cut] +
             _segment(x, cut, end, min_magnitude, max_pvalue, min_segment))
+
+
+def _hump(x: np.ndarray, start: int, end: int, min_magnitude: float, max_pvalue: float,
+          min_segment: int) -> list[int]:
+    """Two cuts where one would not do: a level that left and came back (a regression
+    fixed a week later). Split once, each side mixes both levels and no single split
+    stands out; the middle against the two ends does. Tested as the single split is,
+    by permutation of the largest |t| over every pair of cuts, so the search over
+    pairs is in the null. Up to HUMP_MAX runs (the pairs grow as the square)."""
+    y = x[start:end]
+    n = len(y)
+    if n < 3 * min_segment or n > HUMP_MAX:
+        return []
+    i, j = np.triu_indices(n + 1, k=min_segment)
+    keep = (i >= min_segment) & (j <= n - min_segment)
+    i, j = i[keep], j[keep]
+    t = _middle_t(y[None, :], i, j)[0]
+    best = int(np.argmax(t))
+    rng = np.random.default_rng(0)
+    perms = np.argsort(rng.random((PERMUTATIONS, n)), axis=1)
+    beaten, most = 0, max_pvalue * (PERMUTATIONS + 1) - 1      # more than `most` shuffles as strong: p > max
+    for chunk in np.array_split(perms, 10):  # a flat series is settled in the first tenth
+        beaten += int(np.sum(_middle_t(y[chunk], i, j).max(axis=1) >= t[best] * (1 - 1e-9)))
+        if beaten > most:
+            return []
+    p = (1 + beaten) / (PERMUTATIONS + 1)
+    a, b = start + int(i[best]), start + int(j[best])
+    step = np.mean(x[a:b]) - (np.sum(x[start:a]) + np.sum(x[b:end])) / (n - (b - a))
+    if p > max_pvalue or not _big_enough(step, min_magnitude):
+        return []
+    return (_segment(x, start, a, min_magnitude, max_pvalue, min_segment) + [a] +
+            _segment(x, a, b, min_magnitude, max_pvalue, min_segment) + [b] +
+            _segment(x, b, end, min_magnitude, max_pvalue, min_segment))
+
+
+def _middle_t(x: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """|t| of [i, j) against the rest of each row of x, for every pair (i, j)."""
+    n = x.shape[-1]
+    c1 = np.concatenate([np.zeros((len(x), 1)), np.cumsum(x, axis=-1)], axis=-1)
+    c2 = np.concatenate([np.zeros((len(x), 1)), np.cumsum(x * x, axis=-1)], axis=-1)
+    k = (j - i).astype(float)
+    s1, q1 = c1[:, j] - c1[:, i], c2[:, j] - c2[:, i]
+    s2, q2 = c1[:, -1:] - s1, c2[:, -1:] - q1
+    m1, m2 = s1 / k, s2 / (n - k)
+    pooled = np.maximum((q1 - s1 * m1) + (q2 - s2 * m2), 0) / (n - 2)
+    se = np.sqrt(pooled * (1.0 / k + 1.0 / (n - k)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.abs(m1 - m2) / se
+    return np.where(se > 1e-12, t, np.where(np.abs(m1 - m2) > 1e-12, np.inf, 0.0))
 
 
 def _retest(x: np.ndarray, cuts: list[int], min_magnitude: float, max_pvalue: float) -> list[ChangePoint]:
