@@ -161,17 +161,16 @@ def before_unaccepted_step(rows: pd.DataFrame, higher: bool, rule: Rule) -> tupl
 
 
 def step_notes(rows: pd.DataFrame) -> list[str]:
-    """One line per unaccepted step the points are judged across, not one per point."""
-    if "stepped" not in rows:
+    """One line for the unaccepted steps the points are judged across, not one per point."""
+    if "stepped" not in rows or not (rows["stepped"] != "").any():
         return []
-    out = []
-    for run_id, g in rows[rows["stepped"] != ""].groupby("stepped", sort=False):
-        lo, hi = g["step"].min(), g["step"].max()
-        size = f"{lo:+.0%}" if f"{lo:+.0%}" == f"{hi:+.0%}" else f"{lo:+.0%} to {hi:+.0%}"
-        out.append(f"{len(g)} point{'s' if len(g) > 1 else ''} stepped the bad way at {run_id} ({size}) and no one "
-                   f"accepted it, so {'they are' if len(g) > 1 else 'it is'} judged against the runs before it; "
-                   f"if the change is intended: cxlbench history RESULTS --accept {run_id} --reason '...'")
-    return out
+    stepped = rows[rows["stepped"] != ""]
+    at = [f"{run_id} ({len(g)}: {g['step'].min():+.0%}{'' if len(g) == 1 else f' to {g.step.max():+.0%}'})"
+          for run_id, g in stepped.groupby("stepped", sort=True)]
+    n = len(stepped)
+    return [f"{n} point{'s' if n > 1 else ''} stepped the bad way since the latest accepted change, at "
+            f"{'; '.join(at)}: {'each is' if n > 1 else 'it is'} judged against the runs before its step. "
+            f"If a change is intended: cxlbench history RESULTS --accept RUN --reason '...'"]
 
 
 def judge(h: History, current: Run, confirmations: list[Run] = (), rule: Rule = Rule(),
