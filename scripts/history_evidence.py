@@ -8,7 +8,10 @@ history of one machine (runs of one suite, spaced in time):
 - detection: each run doctored 10% the bad way (latency x1.10, bandwidth x0.90),
   judged against the runs before it, with doctored copies of later real runs as
   confirmations — how often it fails;
-- change points: the series with its last 3 runs doctored — where the steps are found.
+- change points: the series with its last 3 runs doctored — where the steps are found;
+- in sequence: each run judged as CI judges it, against the runs before it with the
+  default reference (unaccepted steps held to the level before them), as measured and
+  doctored.
 
 Doctored two ways: `all` scales every sample, the drift sentinels' too (the whole
 machine got slower); `cases` scales the cases only (a measured path got slower,
@@ -87,6 +90,26 @@ def detection(h: hist.History, runs: dict[str, Run], rule: Rule, factor: float, 
     return pd.DataFrame(rows)
 
 
+def sequential(h: hist.History, runs: dict[str, Run], rule: Rule, factor: float = 1.0) -> pd.DataFrame:
+    """Each run from the (min_history+1)th on judged as `gate --history` judges it in CI:
+    against the runs before it, the default reference (a figure that stepped the bad
+    way, unaccepted, held to its level before the step), confirmed by its first later
+    runs spaced as the rule asks; doctored `factor` the bad way (confirmations too)
+    unless 1."""
+    rows = []
+    ids = h.runs["run_id"].tolist()
+    for i in range(rule.min_history, len(ids)):
+        cur = runs[ids[i]] if factor == 1.0 else doctored(runs[ids[i]], factor)
+        first = judge(h, cur, [], rule, allow_missing=True)
+        conf = confirmations(h, i, rule)
+        final = judge(h, cur, [runs[c] if factor == 1.0 else doctored(runs[c], factor) for c in conf], rule,
+                      allow_missing=True) if first.status == SUSPECT and len(conf) == rule.confirmations else None
+        rows.append({"run": i + 1, "suspect": first.status == SUSPECT, "fails": bool(final and final.status == FAIL),
+                     "unconfirmable": first.status == SUSPECT and final is None,
+                     "stepped": int((first.rows.get("stepped", pd.Series(dtype=str)) != "").sum())})
+    return pd.DataFrame(rows)
+
+
 def steps(h: hist.History, runs: dict[str, Run], factor: float, what: str) -> list[hist.PointChange]:
     ids = h.runs["run_id"].tolist()
     changed = [doctored(runs[r], factor, what) if i >= len(ids) - 3 else runs[r] for i, r in enumerate(ids)]
@@ -144,6 +167,13 @@ def main() -> None:
           f"{int(loo.unconfirmable.sum())} suspect without later runs to confirm; "
           f"{int(loo.faster.sum())} of {int(loo.points.sum())} points called faster "
           f"(in {int((loo.faster > 0).sum())} runs): unchanged runs, so each one a false call")
+    for factor in (1.0, a.factor):
+        seq = sequential(h, runs, rule, factor)
+        if len(seq):
+            print(f"in sequence as CI gates{'' if factor == 1.0 else f', doctored x{factor:g}'}: "
+                  f"{int(seq.suspect.sum())}/{len(seq)} suspect, {int(seq.fails.sum())}/{len(seq)} fail after "
+                  f"confirmation, {int(seq.unconfirmable.sum())} suspect without later runs to confirm; "
+                  f"{int((seq.stepped > 0).sum())} judged some point from before an unaccepted step")
     n = len(h.runs)
     for what in ("all", "cases"):
         det = detection(h, runs, rule, a.factor, what)
