@@ -159,7 +159,8 @@ def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
             "stats": stats(converted, p["n_inner"]),
         })
     if not benchmarks:
-        raise ResultsError(f"{meta.get('run_id')} holds no figure pytest-benchmark can take (no sample is a "
+        raise ResultsError(_nothing(run) if not points_of(run) else
+                           f"{meta.get('run_id')} holds no figure pytest-benchmark can take (no sample is a "
                            "positive number): nothing to export")
     if left:
         print(f"cxlbench: note: {len(left)} point(s) left out, a figure of 0 or less has no time per unit: "
@@ -220,10 +221,22 @@ def github_action_benchmark_list(run: Run, tool: str) -> list[dict[str, Any]]:
               "rate to track: " + "; ".join(left[:3]) + (" ..." if len(left) > 3 else ""), file=sys.stderr)
     if not out:             # github-action-benchmark fails its step on an empty list ("No benchmark result")
         other = next(t for t in GAB_TOOLS if t != tool)
-        where = f" (its figures go with {other})" if points else " (it holds no figure of a case measured whole)"
+        if not points:
+            raise ResultsError(_nothing(run))
         raise ResultsError(f"{run.meta.get('run_id')} has no {want}-is-better figure: nothing to export as "
-                           f"{tool}{where}")
+                           f"{tool} (its figures go with {other})")
     return out
+
+
+def _nothing(run: Run) -> str:
+    """Why a run has no point to export: how its cases ended, and the commonest reason."""
+    from collections import Counter
+    cases = [c for c in run.meta.get("cases") or [] if c.get("benchmark") != drift.NAME]
+    ended = Counter(c.get("status") for c in cases)
+    why = Counter(c.get("reason") for c in cases if c.get("status") != "ok" and c.get("reason")).most_common(1)
+    said = ", ".join(f"{n} {status}" for status, n in ended.most_common())
+    return (f"{run.meta.get('run_id')} measured no case whole ({said or 'no cases'}"
+            f"{f'; {why[0][0]}' if why else ''}): nothing to export")
 
 
 def format_data(run: Run | str | Path, fmt: str) -> Any:

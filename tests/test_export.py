@@ -173,6 +173,24 @@ def test_a_run_with_no_number_has_nothing_to_export_and_says_so(tmp_path, capsys
     assert len(err.splitlines()) == 1 and "nothing to export" in err and not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.parametrize("fmt", ["pytest-benchmark", "customBiggerIsBetter"])
+def test_a_run_that_measured_no_case_says_how_its_cases_ended_not_that_a_sample_is_not_positive(
+        tmp_path, capsys, fmt):
+    import pandas as pd
+    from cxlbench.cli.main import main
+    run = syn.write_run(tmp_path / "results", syn.suite_results(np.random.default_rng(4), **SMALL), label="k")
+    meta = json.loads((run / "run.json").read_text())
+    for c in meta["cases"]:
+        c.update(status="failed", reason="worker killed by SIGKILL (out of memory?)")
+    (run / "run.json").write_text(json.dumps(meta))
+    frame = pd.read_parquet(run / "samples.parquet")
+    frame.iloc[:0].to_parquet(run / "samples.parquet")
+    assert main(["export", str(run), "--format", fmt, "-o", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"measured no case whole ({len(meta['cases'])} failed; worker killed by SIGKILL "
+                        f"(out of memory?)): nothing to export")
+
+
 def test_every_time_goes_in_as_seconds_whatever_its_metric_is_called(tmp_path):
     """p50_ns, p99_ns and max_ns went out as raw ns in a file of seconds: pytest-benchmark
     compare showed a p99 of 350 ns as 350 s."""
