@@ -32,6 +32,7 @@ from cxlbench.analysis.compare import params_text, parse_case_params
 from cxlbench.analysis.headlines import figures
 from cxlbench.analysis.reduction import points, precision, repetitions
 from cxlbench.analysis.stats import frames_can_move
+from cxlbench.benchmarks import tails
 from cxlbench.results import location
 from cxlbench.results.store import COMPLETE, ResultsError, Run, find_runs, load_run, measured_whole, now_iso
 
@@ -245,6 +246,10 @@ def _contiguity(reps: pd.DataFrame, pts: pd.DataFrame) -> np.ndarray:
     return np.where(movable, out, np.nan)
 
 
+#: a chase's metrics in words, where a point has no headline to name it
+WORDS = {**tails.WORDS, "latency_ns": "latency"}
+
+
 def labels(rows: pd.DataFrame) -> list[str]:
     """A readable name per row: its headline, else the family, tier and the
     parameters that vary within the family (and the metric where it has several)."""
@@ -258,6 +263,9 @@ def labels(rows: pd.DataFrame) -> list[str]:
         for point, target, metric, p in zip(grp["point"], grp["target"], grp["metric"], params):
             if bench == drift.NAME:
                 names[point] = f"sentinel: {drift.LABELS.get(p.get('probe'), p.get('probe'))} ({target})"
+                continue
+            if metric in WORDS:              # "ddr0 p99.99 of k-load blocks, page=4k ws=256MiB"
+                names[point] = f"{target} {WORDS[metric]}, {params_text(p, varying)}".rstrip(", ")
                 continue
             text = f"{bench} {target} {params_text(p, varying)}".strip()
             names[point] = f"{text} {metric}" if several else text

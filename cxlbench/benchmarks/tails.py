@@ -40,6 +40,11 @@ FLOOR_OF = {"p99_ns": "floor_p99_ns", "p99_9_ns": "floor_p99_9_ns", "p99_99_ns":
 TAIL_METRICS = tuple(Metric(name, "ns", "lower") for name, _ in PERCENTILES) + (
     Metric("max_ns", "ns", "lower"),)
 FLOOR_METRICS = tuple(Metric(name, "ns", "lower") for name in FLOOR_OF.values())
+#: Each metric in words, as a table or a gate names it: what it is a percentile of.
+WORDS = {**{name: f"p{pct:g} of k-load blocks" for name, pct in PERCENTILES},
+         **{floor: f"floor p{pct:g} of k-load blocks" for name, pct in PERCENTILES
+            if (floor := FLOOR_OF.get(name))},
+         "max_ns": "slowest k-load block"}
 #: The figures a precision target does not chase (analysis.reduction.case_precision):
 #: everything beyond the median, and the floor's.
 FAR_TAIL = frozenset(m.name for m in TAIL_METRICS + FLOOR_METRICS if m.name != "p50_ns")
