@@ -85,6 +85,27 @@ def test_report_and_compare_write_html(capsys, tmp_path):
     assert code == 0 and "latency" in out and (tmp_path / "c.html").exists()
 
 
+def test_no_output_goes_through_a_link_into_a_run_nor_over_a_stores_records(capsys, tmp_path):
+    """A link named out.html pointing at a run's samples.parquet passed the guard (it
+    looked at the link's folder) and the report overwrote the samples; ab.json,
+    accepted.jsonl and _fleet/ records were not guarded at all, and none can be
+    measured again."""
+    base, cur = _pair(tmp_path)
+    samples = Path(cur) / "samples.parquet"
+    before = samples.read_bytes()
+    (tmp_path / "out.html").symlink_to(samples)
+    store = Path(cur).parent
+    for out, says in ((tmp_path / "out.html", "inside the run"),
+                      (store / "accepted.jsonl", "accepted changes"),
+                      (store / "ab-x" / "ab.json", "A/B session"),
+                      (tmp_path / "_fleet" / "f1.json", "fleet's records")):
+        with pytest.raises(SystemExit) as stop:
+            main(["report", base, "-o", str(out)])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and says in err and len(err.strip().splitlines()) == 1, out
+    assert samples.read_bytes() == before
+
+
 def test_no_output_is_ever_written_into_a_run_and_no_run_into_another(capsys, tmp_path):
     """A report, a comparison, a gate's files, an export or a thresholds file aimed at a
     run's folder is refused before anything is written: the run keeps what it measured."""

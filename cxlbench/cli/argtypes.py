@@ -71,11 +71,32 @@ def out_file(text: str) -> str:
     cannot = unwritable(text)
     if cannot:
         raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {cannot}")
-    run = run_above(os.path.abspath(text))
+    real = os.path.realpath(text)        # a link into a run writes into the run
+    run = run_above(real)
     if run:
         raise argparse.ArgumentTypeError(f"{text!r} is inside the run {run}: write elsewhere (a run's folder "
                                          f"holds what was measured, never a command's output)")
+    record = store_record(real)
+    if record:
+        raise argparse.ArgumentTypeError(f"{text!r} is {record}: write elsewhere (it cannot be measured again)")
     return text
+
+
+def store_record(path: str) -> str | None:
+    """What a results store keeps beside its runs that `path` would overwrite: an A/B
+    session's pairing, the accepted-change markers, a fleet's scheduler record."""
+    from pathlib import Path
+    from cxlbench.analysis.history import MARKERS
+    from cxlbench.fleet.record import FOLDER
+    from cxlbench.runner.ab import AB_JSON
+    p = Path(path)
+    if p.name == AB_JSON:
+        return "an A/B session's record (ab.json)"
+    if p.name == MARKERS:
+        return "a history's accepted changes (accepted.jsonl)"
+    if FOLDER in p.parts[:-1]:
+        return f"inside a fleet's records ({FOLDER})"
+    return None
 
 
 def results_dir(text: str) -> str:
