@@ -245,6 +245,35 @@ def test_accepting_needs_a_reason(tmp_path):
         hist.accept(paths[0], " ")
 
 
+def test_a_marker_is_added_on_its_own_line_after_one_written_by_hand_without_a_newline(tmp_path):
+    """Appended to a last line without its newline, the two markers shared a line and
+    every later history and gate exited 2 on it."""
+    paths = _runs(tmp_path, 2)
+    first = load_run(paths[0]).run_id
+    (paths[0].parent / hist.MARKERS).write_text(json.dumps(
+        {"run_id": first, "suite": "ci", "accepted_at": "x", "reason": "by hand", "by": "me"}))
+    hist.accept(paths[1], "bios")
+    assert [m.reason for m in hist.read_markers([str(paths[0].parent)])] == ["by hand", "bios"]
+
+
+def test_accepting_a_run_from_outside_the_history_is_refused(tmp_path, capsys):
+    """It wrote the marker beside the other run, even another machine's, and said the
+    gate's history starts there."""
+    _runs(tmp_path, 2, suite="ci")
+    [other] = _runs(tmp_path, 1, suite="quick", out=tmp_path / "elsewhere")
+    assert main(["history", str(tmp_path / "results"), "--accept", str(other), "--reason", "x"]) == 2
+    assert "is not a run of the history in" in capsys.readouterr().err
+    assert not (other.parent / hist.MARKERS).exists()
+
+
+def test_gating_a_run_against_a_history_of_other_runs_is_unusable_input(tmp_path, capsys):
+    """A CI job pointed at the wrong history passed every night, 'inconclusive: 0 runs'."""
+    _runs(tmp_path, 3, suite="ci")
+    [other] = _runs(tmp_path, 1, suite="quick", out=tmp_path / "elsewhere")
+    assert main(["gate", "--history", str(tmp_path / "results"), "--current", str(other)]) == 2
+    assert "holds no run of" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ the commands
 
 def test_history_command_prints_the_trend_and_writes_a_self_contained_report(tmp_path, capsys):

@@ -358,8 +358,11 @@ def accept(run_dir: str | Path, reason: str) -> Marker:
                     f"{getpass.getuser()}@{socket.gethostname()}")
     path = f"{_machine_folder(run.path)}/{MARKERS}"
     line = json.dumps(marker.__dict__) + "\n"
+    before = _read_text(path) or ""
+    if before and not before.endswith("\n"):     # a file edited by hand: its last marker kept whole
+        line = "\n" + line
     if location.is_url(path):            # objects have no append: read, add, write back
-        location.write_bytes(path, ((_read_text(path) or "") + line).encode())
+        location.write_bytes(path, (before + line).encode())
     else:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(line)

@@ -308,8 +308,13 @@ def history(paths: list[str], machine: str | None = None, suite: str | None = No
         raise UserError("--reason goes with --accept RUN (the reason a change is accepted)")
     if accept:
         runs, _ = hist.read_runs(paths or ["results"])
-        _, mine = hist.choose(runs, machine, suite)
-        m = hist.accept(_resolve(mine, accept, ", ".join(paths or ["results"])).path, reason or "")
+        key, mine = hist.choose(runs, machine, suite)
+        where = ", ".join(paths or ["results"])
+        run = _resolve(mine, accept, where)
+        if run.run_id not in {r.run_id for r in mine}:    # a marker beside another machine's runs
+            raise UserError(f"{accept} is not a run of the history in {where} ({key[0]}/{key[1]}): "
+                            f"accept one of its runs")
+        m = hist.accept(run.path, reason or "")
         print(f"accepted {m.run_id} ({m.suite}): the gate's history starts there — {m.reason}")
         return 0
     h = hist.history(paths or ["results"], machine, suite, _probes(normalize))
@@ -367,6 +372,11 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     if (current or "latest") == "latest":
         _newest_is_complete(cur, left)
     key, chosen = hist.choose(runs, like=cur)
+    if not chosen and cur.run_id not in {r.run_id for r in runs}:
+        # not a first night (the run would be in its own history): a history of other runs
+        have = ", ".join(sorted({f"{k[0]}/{k[1]}" for k in hist.groups(runs)}))
+        raise UserError(f"{', '.join(paths)} holds no run of {key[0]}/{key[1]}, the run judged ({cur.run_id}), "
+                        f"and does not hold it: its runs are of {have}; point --history at this machine's runs")
     h = hist.build(chosen, key, left, _probes(normalize))
     if normalize and not hist.has_sentinels(cur):
         raise UserError(f"{cur.run_id} has no drift sentinels to normalise by: judge it without --normalize")
