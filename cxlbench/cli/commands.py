@@ -372,11 +372,6 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
     if (current or "latest") == "latest":
         _newest_is_complete(cur, left)
     key, chosen = hist.choose(runs, like=cur)
-    if not chosen and cur.run_id not in {r.run_id for r in runs}:
-        # not a first night (the run would be in its own history): a history of other runs
-        have = ", ".join(sorted({f"{k[0]}/{k[1]}" for k in hist.groups(runs)}))
-        raise UserError(f"{', '.join(paths)} holds no run of {key[0]}/{key[1]}, the run judged ({cur.run_id}), "
-                        f"and does not hold it: its runs are of {have}; point --history at this machine's runs")
     h = hist.build(chosen, key, left, _probes(normalize))
     if normalize and not hist.has_sentinels(cur):
         raise UserError(f"{cur.run_id} has no drift sentinels to normalise by: judge it without --normalize")
@@ -387,6 +382,11 @@ def gate_history(paths: list[str], current: str | None, confirm: list[str] | Non
                                      ("window", window), ("spacing_s", spacing)) if v is not None})
     verdict = judge(h, cur, [_resolve(chosen, r, f"{h.machine}/{h.suite}") for r in refs], rule,
                     allow_missing=allow_missing)
+    if not chosen:         # a first night of this suite, or a job pointed at another machine's history
+        have = ", ".join(sorted({f"{k[0]}/{k[1]}" for k in hist.groups(runs)}))
+        verdict.notes.append(f"{', '.join(paths)} holds runs of {have} only, and not the run judged: if this is "
+                             f"not the first night of {key[0]}/{key[1]}, --history names another machine's or "
+                             f"suite's history")
     left_line = f"\n{left_out_line(h.left_out)}" if h.left_out and not verdict.errors else ""
     _say(verdict_text(verdict) + left_line, verdict.exit_code)
     for path, render in ((json_out, verdict_json), (markdown, verdict_markdown), (junit, verdict_junit)):
