@@ -60,6 +60,18 @@ def _pair(tmp_path, worse=0.0):
     return str(base), str(cur)
 
 
+def test_the_gates_warnings_are_printed_with_its_verdict_not_only_written_to_its_files(capsys, tmp_path):
+    """A setting that differs (THP, a governor) reached --json and --markdown only; the
+    terminal, where a CI log is read, said 'pass'."""
+    rng = np.random.default_rng(7)
+    base = synthetic.write_run(tmp_path / "r", synthetic.suite_results(rng, noise=0.01))
+    m, tiers = synthetic.machine(thp="always")
+    cur = synthetic.write_run(tmp_path / "r", synthetic.suite_results(rng, noise=0.01), m=m, tiers=tiers)
+    code, out, _ = run_cli(capsys, "gate", "--baseline", str(base), "--current", str(cur))
+    assert code == 0 and out.splitlines()[0].startswith("cxlbench gate: ")
+    assert any(line.startswith("warning: setting differs: thp_enabled") for line in out.splitlines()[1:])
+
+
 def test_gate_passes_aa_and_fails_a_regression_writing_its_reports(capsys, tmp_path):
     base, same = _pair(tmp_path)
     assert run_cli(capsys, "gate", "--baseline", base, "--current", same)[0] == 0

@@ -34,9 +34,9 @@ from cxlbench.analysis.reduction import points, precision, repetitions
 from cxlbench.analysis.stats import frames_can_move
 from cxlbench.benchmarks import tails
 from cxlbench.results import location
-from cxlbench.results.store import COMPLETE, ResultsError, Run, find_runs, load_run, measured_whole, now_iso
+from cxlbench.results.store import (COMPLETE, MARKERS, ResultsError, Run, find_runs, load_run, measured_whole,
+                                    now_iso)
 
-MARKERS = "accepted.jsonl"
 #: What a history marks where it changes: the software and firmware under the figures.
 ENVIRONMENT = {
     "kernel": lambda m: machine_mod.environment(m).get("kernel") or (m.get("versions") or {}).get("kernel"),

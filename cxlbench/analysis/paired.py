@@ -25,9 +25,8 @@ from cxlbench.analysis.reduction import repetitions
 from cxlbench.analysis.stats import (CONFIDENCE, HELD_MIN, INCONCLUSIVE, VERDICTS, Change, Ratio, judge,
                                      not_all_positive, note_contiguity, smallest_n, t_quantile)
 from cxlbench.analysis.thresholds import parse_fraction
-from cxlbench.results.store import ResultsError, load_run
+from cxlbench.results.store import AB_JSON, ResultsError, load_run
 
-AB_JSON = "ab.json"
 
 
 @dataclass(frozen=True)

@@ -86,16 +86,14 @@ def store_record(path: str) -> str | None:
     """What a results store keeps beside its runs that `path` would overwrite: an A/B
     session's pairing, the accepted-change markers, a fleet's scheduler record."""
     from pathlib import Path
-    from cxlbench.analysis.history import MARKERS
-    from cxlbench.fleet.record import FOLDER
-    from cxlbench.runner.ab import AB_JSON
+    from cxlbench.results.store import AB_JSON, FLEET_FOLDER, MARKERS
     p = Path(path)
     if p.name == AB_JSON:
-        return "an A/B session's record (ab.json)"
+        return f"an A/B session's record ({AB_JSON})"
     if p.name == MARKERS:
-        return "a history's accepted changes (accepted.jsonl)"
-    if FOLDER in p.parts[:-1]:
-        return f"inside a fleet's records ({FOLDER})"
+        return f"a history's accepted changes ({MARKERS})"
+    if FLEET_FOLDER in p.parts[:-1]:
+        return f"inside a fleet's records ({FLEET_FOLDER})"
     return None
 
 

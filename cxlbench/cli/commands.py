@@ -289,7 +289,10 @@ def gate(baseline: str, current: str, threshold: str | None = None, thresholds_f
                       allow_missing=allow_missing, confirm=rerun, ignore_identity=tuple(ignore_identity),
                       normalize=normalize)
     result.exit_undecided = exit_undecided
-    _say(result.summary(), result.exit_code)
+    # its warnings too (an unfinished run, a setting that differs): docs/gating.md promises
+    # them with the verdict, and a CI log is where the verdict is read
+    warnings = [f"warning: {w}" for w in result.warnings] if result.exit_code != 2 else []
+    _say("\n".join([result.summary()] + warnings), result.exit_code)
     for path, text in ((markdown, result.markdown), (json_out, result.to_json),
                        (junit, result.junit_xml)):
         if path:

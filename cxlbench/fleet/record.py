@@ -13,9 +13,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cxlbench.results import location
-from cxlbench.results.store import ResultsError, atomic_write, now_iso
+from cxlbench.results.store import FLEET_FOLDER, ResultsError, atomic_write, now_iso
 
-FOLDER = "_fleet"
+FOLDER = FLEET_FOLDER
 
 
 @dataclass

@@ -42,6 +42,9 @@ from cxlbench.results.schema import (COMPLETE, CORE_COLUMNS, MOST_VALUE, PARTIAL
                                      CaseResult, failed_cases, sample_rows)
 
 RUN_JSON, SAMPLES, PARTS = "run.json", "samples.parquet", "parts"
+#: What a store keeps beside its runs, none of it measurable again: an A/B session's
+#: pairing and order (in its folder), a machine's accepted changes, a fleet's records
+AB_JSON, MARKERS, FLEET_FOLDER = "ab.json", "accepted.jsonl", "_fleet"
 HISTOGRAMS, HIST_PARTS = "histograms.parquet", "histogram-parts"
 HIST_KEY = "histograms"        # where a family's info holds them (benchmarks.tails.HISTOGRAMS)
 HIST_COLUMNS = ["run_id", "case_id", "benchmark", "initiator", "target", "tier_kind", "repetition",

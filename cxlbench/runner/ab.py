@@ -57,7 +57,7 @@ from cxlbench.benchmarks.base import Env, Planned
 from cxlbench.benchmarks.spec import known_keys
 from cxlbench.units import parse_fraction
 from cxlbench.results.schema import COMPLETE, FAILED, PARTIAL, CaseResult
-from cxlbench.results.store import RunWriter, atomic_write, machine_folder, now_iso, safe_name
+from cxlbench.results.store import AB_JSON, RunWriter, atomic_write, machine_folder, now_iso, safe_name
 from cxlbench.runner import lock, processes
 from cxlbench.runner.progress import Progress
 from cxlbench.runner.run import (RunConfig, build_env, measure_slice, native_built, open_writer, plan_suite,
@@ -66,7 +66,6 @@ from cxlbench.runner.suite import SuiteError, check_known, load_suite, read_toml
 from cxlbench.runner.worker import Installation
 from cxlbench.settings import refused
 
-AB_JSON = "ab.json"
 CONFIG_KEYS = {"name", "set", "tier", "env", "before", "python", "pythonpath"}
 SESSION_KEYS = {"suite", "rounds", "repetitions", "threshold", "benchmarks", "seed", "config",
                 "precision", "max_rounds", "budget_s"}
