@@ -243,6 +243,20 @@ def test_an_empty_run_name_is_refused_not_read_as_the_newest_run(capsys, option)
     assert f"argument {option}: is empty (an unset shell variable?)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args, says", [
+    (["run", "--suite", "ci", "--label", "x\udcff"], "is not UTF-8 text"),     # argv's undecodable byte
+    (["run", "--suite", "ci", "--label", "a\x01b"], "holds a control character"),
+    (["history", "results", "--accept", "latest", "--reason", "r\udcff"], "is not UTF-8 text"),
+])
+def test_text_a_run_or_marker_keeps_is_refused_unless_it_is_utf8_without_control_characters(capsys, args, says):
+    """Stored as a lone surrogate, a label broke every report, page and JSON written from
+    the run afterwards (UnicodeEncodeError), and a reason broke every page of the machine."""
+    with pytest.raises(SystemExit) as end:
+        main(args)
+    err = capsys.readouterr().err
+    assert end.value.code == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_terminal_without_unicode_gets_question_marks_not_a_traceback(tmp_path):
     out = _cli_process(["advise", "--model", "8b", "--gpu", "h200", "--host", "h100-8gpu-cxl"], -1,
                        {"PYTHONIOENCODING": "ascii", "LC_ALL": "C", "PYTHONUTF8": "0"})

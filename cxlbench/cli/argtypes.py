@@ -31,6 +31,22 @@ def fraction(text: str) -> str:
     return text
 
 
+def words(text: str) -> str:
+    """Text kept in a run or a marker (a label, a reason): UTF-8, without control
+    characters. A byte the terminal could not decode (a Latin-1 é in a UTF-8 shell)
+    was stored as a lone surrogate, and every report, page and JSON file written from
+    that run after it ended in a traceback; a control character broke the TOML that
+    calibrate writes from a label."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{text.encode('utf-8', 'backslashreplace').decode()!r} is not UTF-8 "
+                                         f"text (a byte the terminal's encoding cannot read)") from None
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} holds a control character")
+    return text
+
+
 def named(text: str) -> str:
     """A run, path or name that is not empty: `--current "$SUSPECT"` with SUSPECT unset
     had judged the newest run instead, silently, and a CI job's verdict with it."""

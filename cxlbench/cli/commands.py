@@ -271,7 +271,7 @@ def write_out(path: str | Path, text: str) -> None:
     from cxlbench.results.store import atomic_write
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, text.encode("utf-8"))
+    atomic_write(path, text.encode("utf-8", "backslashreplace"))
 
 
 def _say(text: str, exit_code: int) -> None:

@@ -17,7 +17,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from cxlbench.version import __version__
 from cxlbench.cli import commands
-from cxlbench.cli.argtypes import fraction, machine_root, named, out_file, results_dir, seconds, whole
+from cxlbench.cli.argtypes import fraction, machine_root, named, out_file, results_dir, seconds, whole, words
 from cxlbench.cli.commands import UserError
 from cxlbench.cli.preflight import REPORT_ONLY, cannot_start
 from cxlbench.cli.streams import ENDING, prepare_streams, standing
@@ -93,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="measure a suite on this machine")
     r.add_argument("--suite", default="quick", help="suite name (suites/NAME.toml) or a .toml path")
-    r.add_argument("--label", help="a name for this run, kept in run.json")
+    r.add_argument("--label", type=words, help="a name for this run, kept in run.json")
     r.add_argument("--out", type=results_dir, default="results", help="results directory (default: results/)")
     r.add_argument("--budget", type=seconds, help="time budget in seconds (overrides the suite's)")
     r.add_argument("--list", action="store_true", help="print the plan and exit")
@@ -130,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
     ab.add_argument("file", nargs="?", help="the A/B file: suite, rounds, [[config]] tables")
     ab.add_argument("--judge", metavar="SESSION", help="judge a session measured before (its directory)")
     ab.add_argument("--out", type=results_dir, default="results", help="results directory (default: results/)")
-    ab.add_argument("--label", help="a name for the session's runs")
+    ab.add_argument("--label", type=words, help="a name for the session's runs")
     ab.add_argument("--threshold", type=fraction,
                     help="smallest change that matters (default: the file's, else 10%%)")
     no_wait(ab)
@@ -174,7 +174,7 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("-o", "--out", type=out_file, help="write the trend report (HTML) here")
     h.add_argument("--min-change", type=fraction, help="the smallest step called a change point (default 5%%)")
     h.add_argument("--accept", metavar="RUN", help="mark RUN (a run id or latest) as the first of a new normal")
-    h.add_argument("--reason", help="why the change is accepted (with --accept)")
+    h.add_argument("--reason", type=words, help="why the change is accepted (with --accept)")
     normalize(h)
     h.set_defaults(func=lambda a: commands.history(a.results, a.machine, a.suite, a.out, a.accept, a.reason,
                                                    a.min_change, a.normalize))

@@ -249,7 +249,7 @@ def render(runs: RunLike | Sequence[RunLike], out_path: str | Path | None = None
                                            for r in loaded)[:150] + ".html"
     path = Path(out_path) if out_path is not None else DEFAULT_DIR / default
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, html.encode("utf-8"))
+    atomic_write(path, html.encode("utf-8", "backslashreplace"))
     return path
 
 
