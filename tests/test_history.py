@@ -256,6 +256,15 @@ def test_a_marker_is_added_on_its_own_line_after_one_written_by_hand_without_a_n
     assert [m.reason for m in hist.read_markers([str(paths[0].parent)])] == ["by hand", "bios"]
 
 
+@pytest.mark.parametrize("field, value", [("run_id", ["a"]), ("reason", None), ("suite", 5)])
+def test_a_marker_whose_fields_are_not_text_is_one_line_naming_them(tmp_path, field, value):
+    paths = _runs(tmp_path, 1)
+    marker = {"run_id": load_run(paths[0]).run_id, "suite": "ci", "accepted_at": "x", "reason": "r", "by": "me"}
+    (paths[0].parent / hist.MARKERS).write_text(json.dumps({**marker, field: value}) + "\n")
+    with pytest.raises(hist.HistoryError, match=f"line 1: not a marker \\({field} not text\\)"):
+        hist.history(tmp_path / "results")
+
+
 def test_accepting_a_run_from_outside_the_history_is_refused(tmp_path, capsys):
     """It wrote the marker beside the other run, even another machine's, and said the
     gate's history starts there."""

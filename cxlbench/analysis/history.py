@@ -197,9 +197,13 @@ def read_markers(dirs: Iterable[str]) -> list[Marker]:
             if not line.strip():
                 continue
             try:
-                out.append(Marker(**json.loads(line)))
+                marker = Marker(**json.loads(line))
             except (json.JSONDecodeError, TypeError) as e:
                 raise HistoryError(f"{path}, line {n}: not a marker ({e})") from None
+            wrong = [k for k, v in marker.__dict__.items() if not isinstance(v, str)]
+            if wrong:             # a list for a run id was a traceback in history, gate and publish
+                raise HistoryError(f"{path}, line {n}: not a marker ({', '.join(wrong)} not text)")
+            out.append(marker)
     return out
 
 
