@@ -2,6 +2,7 @@
 matrix, spread, outliers and A/B contrast over synthetic machines, Kubernetes
 manifests valid against the API schema offline, and bad input as one line."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,6 +118,25 @@ def test_fleet_report_and_status_on_the_command_line(tmp_path, capsys):
     assert "no configuration 'zz'" in capsys.readouterr().err
     assert main(["fleet", "status", str(tmp_path)]) == 2
     assert "no fleet record" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, names", [
+    (lambda d: d.update(submitted=1), "submitted"),
+    (lambda d: d.update(fleet_id=7), "fleet_id"),
+    (lambda d: d["jobs"][0].update(node=None), "jobs[0].node"),
+    (lambda d: d["jobs"][0].update(state=5), "jobs[0].state"),
+])
+def test_a_fleet_record_with_a_field_of_the_wrong_type_is_one_line_naming_it(tmp_path, capsys, edit, names):
+    """A number or a null where text belongs was a TypeError in fleet status and report."""
+    machine_run(tmp_path, "a", "n1", 100)
+    path = save(FleetRecord("f1", "slurm", str(tmp_path), "ci", jobs=[Job("n1", "a", "1", "COMPLETED")]))
+    doc = json.loads(Path(path).read_text())
+    edit(doc)
+    Path(path).write_text(json.dumps(doc))
+    for command in (["fleet", "status", str(tmp_path)], ["fleet", "report", str(tmp_path)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"is not a fleet record ({names} not text)" in err
 
 
 def test_manifests_are_one_indexed_job_per_configuration_one_pod_per_node_and_valid():

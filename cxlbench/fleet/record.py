@@ -69,9 +69,24 @@ def save(record: FleetRecord) -> str:
 def _parse(data: bytes, path: str) -> FleetRecord:
     try:
         doc = json.loads(data)
-        return FleetRecord(**{**doc, "jobs": [Job(**j) for j in doc.get("jobs", [])]})
-    except (ValueError, TypeError) as e:
+        record = FleetRecord(**{**doc, "jobs": [Job(**j) for j in doc.get("jobs", [])]})
+    except (ValueError, TypeError, AttributeError) as e:
         raise ResultsError(f"{path} is not a fleet record ({type(e).__name__})") from None
+    # every field as the dataclass declares it: a number or a null where text belongs was a
+    # traceback in fleet status and fleet report, far from the file that holds it
+    wrong = [f"{name}" for name, v in _fields(record) if not isinstance(v, str)]
+    wrong += [f"jobs[{i}].{name}" for i, job in enumerate(record.jobs) for name, v in _fields(job)
+              if not isinstance(v, str)]
+    if not all(isinstance(c, str) for c in record.command):
+        wrong.append("command")
+    if wrong:
+        raise ResultsError(f"{path} is not a fleet record ({', '.join(wrong)} not text)")
+    return record
+
+
+def _fields(obj) -> list[tuple[str, object]]:
+    """The text fields of a record or a job (its lists aside)."""
+    return [(k, v) for k, v in obj.__dict__.items() if k not in ("jobs", "command")]
 
 
 def load_all(store: str) -> list[FleetRecord]:
