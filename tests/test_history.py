@@ -265,6 +265,15 @@ def test_a_marker_whose_fields_are_not_text_is_one_line_naming_them(tmp_path, fi
         hist.history(tmp_path / "results")
 
 
+def test_a_run_whose_run_json_is_a_folder_is_left_out_like_any_damaged_run(tmp_path):
+    """It stopped history, publish and gate --history with exit 2 for every run."""
+    paths = _runs(tmp_path, 3)
+    (paths[1] / "run.json").unlink()
+    (paths[1] / "run.json").mkdir()
+    runs, left = hist.read_runs([tmp_path / "results"])
+    assert len(runs) == 2 and len(left) == 1 and left[0].startswith(f"{paths[1]}: ")
+
+
 def test_accepting_a_run_from_outside_the_history_is_refused(tmp_path, capsys):
     """It wrote the marker beside the other run, even another machine's, and said the
     gate's history starts there."""

@@ -126,6 +126,9 @@ def read_runs(paths: Iterable[str | Path], complete_only: bool = True) -> tuple[
             except ResultsError as e:
                 left.append(str(e))
                 continue
+            except OSError as e:        # run.json a folder, a file that cannot be read: that run left out
+                left.append(f"{d}: {e.strerror or e}")
+                continue
             if complete_only and run.status != COMPLETE:
                 left.append(f"{d}: {run.status}, not complete")
             else:
