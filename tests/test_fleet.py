@@ -220,6 +220,15 @@ def test_the_manifests_name_the_built_image_by_default_and_let_move_pages_throug
     assert container["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
 
 
+def test_manifests_to_dash_go_to_standard_output_alone_for_kubectl(tmp_path, capsys, monkeypatch):
+    """`-o -` wrote a file named '-' and printed 'wrote -: ...' into what kubectl reads."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["fleet", "manifests", "--store", "s3://bench/fleet", "--config", "cxl-a=2", "-o", "-"]) == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "-").exists() and not out.startswith("wrote")
+    assert [json.loads(d)["kind"] for d in out.split("---\n") if d.strip()] == ["Job"]
+
+
 @pytest.mark.parametrize("args, says", [
     (["--store", "fs"], "is a path inside each pod, lost when the pod ends"),
     (["--hugepages", "2Mi=-2Gi"], "is not SIZE=AMOUNT"),

@@ -257,7 +257,7 @@ def fleet_manifests(store: str, image: str, suite: str, configs: list[str], labe
     problems = validate(text, kube_version)
     if problems:
         raise UserError("the manifests do not validate against the Kubernetes API schema: " + problems[0])
-    if out:
+    if out and out != "-":            # "-": standard output, as export takes it (... -o - | kubectl apply -f -)
         write_out(out, text)
         print(f"wrote {out}: {len(specs)} Indexed Job(s), valid against the Kubernetes API schema")
     else:
