@@ -284,3 +284,17 @@ def test_a_write_that_fails_names_its_file():
     with pytest.raises(OSError) as failed:
         atomic_write(Path("/dev/full"), b"a page")
     assert failed.value.filename == "/dev/full" and failed.value.errno == 28
+
+
+def test_a_run_in_a_folder_named_in_another_encoding_is_not_called_damaged(tmp_path):
+    """pyarrow's UnicodeEncodeError on the path read as a damaged file, with the advice
+    to remove a good run's samples."""
+    import os
+    import shutil
+    from fakes import synthetic
+    run = synthetic.write_run(tmp_path / "r", synthetic.suite_results(__import__("numpy").random.default_rng(1)))
+    odd = os.fsdecode(bytes(tmp_path) + b"/run\xff")
+    shutil.copytree(run, odd)
+    with pytest.raises(ResultsError) as e:
+        load_run(odd)
+    assert "its path is not UTF-8 text" in str(e.value) and "not judged damaged" in str(e.value)

@@ -379,6 +379,8 @@ def _not_the_file(e: Exception) -> str | None:
         return f"{e.strerror}: try again where the process has room"
     if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM):
         return f"{e.strerror}: this user may not read it"
+    if isinstance(e, UnicodeError):       # pyarrow takes paths as UTF-8 text
+        return "its path is not UTF-8 text (a folder name in another encoding): rename the folder"
     return None
 
 
