@@ -139,7 +139,7 @@ def test_missing_case_exits_2_with_a_clear_message():
     assert result.exit_code == 2
     msg = " ".join(result.errors)
     assert "missing from the current run" in msg and dropped.case.case_id in msg
-    assert "allow_missing" in msg
+    assert "--allow-missing" in msg
     assert gate(base, cur, allow_missing=True).exit_code == 0
 
 
@@ -156,6 +156,17 @@ def test_skipped_case_counts_as_missing_and_says_why():
     assert "no hugetlb pages reserved" in result.markdown()
 
 
+def test_a_baseline_that_measured_nothing_is_named_as_the_side_that_failed():
+    """It read '5 baseline cases are missing from the current run': the wrong side."""
+    rng = np.random.default_rng(2)
+    failed = [replace(r, status=FAILED, reason="worker killed by SIGKILL") for r in sim_results(rng, 3)]
+    result = gate(syn.make_run(failed, label="base"), syn.make_run(sim_results(rng, 3), label="cur"))
+    [error] = result.errors[:1]
+    assert result.exit_code == 2 and error.startswith("6 cases failed in the baseline (")
+    assert "; worker killed by SIGKILL): gate against a baseline that measured them" in error
+    assert "missing from the current run" not in error
+
+
 def test_a_case_that_failed_part_way_is_missing_not_judged_on_its_first_repetitions():
     """With the workers' interpreter gone mid-run every case failed after two good
     repetitions, and the gate passed the run on those."""
@@ -164,7 +175,7 @@ def test_a_case_that_failed_part_way_is_missing_not_judged_on_its_first_repetiti
     cur_results = [r if i == 4 else replace(r, status=FAILED, reason="worker exited with code 255 without a result")
                    for i, r in enumerate(sim_results(rng, 3, worse=0.5))]        # slower, samples kept
     result = gate(base, syn.make_run(cur_results, label="cur"))
-    assert result.exit_code == 2 and "5 baseline cases are missing" in " ".join(result.errors)
+    assert result.exit_code == 2 and "5 cases missing from the current run (" in " ".join(result.errors)
     assert set(result.missing["why"]) == {"failed: worker exited with code 255 without a result"}
     assert list(result.rows["case_id"]) == [cur_results[4].case.case_id]      # the one measured whole
     assert gate(base, syn.make_run(cur_results, label="cur"), allow_missing=True).exit_code == 1

@@ -4,7 +4,7 @@ A case regresses only when the confidence interval of its ratio current/baseline
 lies wholly beyond its threshold in the bad direction (see stats.judge). The
 inputs are unusable when a run can't be read, the machines' identities differ
 (the gate compares one machine with itself over time; `compare` is for across
-machines), or baseline cases are missing from the current run (unless allowed).
+machines), or cases are missing from the current run or failed in the baseline (unless allowed).
 With a `confirm` callable the gate re-runs only the flagged cases and fails only
 if they regress again.
 """
@@ -346,11 +346,7 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     missing = result.missing
     stuck = timed_out_cases(cur.meta)
     if not missing.empty and not allow_missing:
-        shown = ", ".join(missing["point"].head(5))
-        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        result.errors.append(f"{len(missing)} baseline cases are missing from the current run "
-                             f"({shown}{more}); re-run them or pass allow_missing (--allow-missing) "
-                             f"to gate on the cases both runs have")
+        result.errors.append(_missing_error(missing))
     if stuck:                            # whatever allow_missing says, and whatever the baseline had
         result.errors.append(timed_out_error(len(stuck), ", ".join(stuck[:5])))
     result.warnings += [f"{c} failed in both runs ({why}): not gated" for c, why in both.items()]
@@ -366,6 +362,25 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
                                    f"the first verdicts stand")
     result.status = FAIL if not result.regressions.empty else PASS
     return result
+
+
+def _missing_error(missing: pd.DataFrame) -> str:
+    """The points one side cannot judge, by side and by case (a case has a point per
+    metric): those the current run lacks, and those whose baseline case failed. Told
+    apart: a baseline that measured nothing had read as 'cases missing from the current
+    run'."""
+    before = missing["why"].astype(str).str.startswith("failed in the baseline")
+    parts = []
+    for rows, what, advice in ((missing[~before], "missing from the current run", "re-run them"),
+                               (missing[before], "failed in the baseline", "gate against a baseline that "
+                                                                            "measured them")):
+        cases = list(dict.fromkeys(rows["point"]))
+        if cases:
+            more = f" and {len(cases) - 5} more" if len(cases) > 5 else ""
+            why = rows["why"].iloc[0].removeprefix("failed in the baseline: ") if advice != "re-run them" else ""
+            parts.append(f"{len(cases)} case{'s' if len(cases) > 1 else ''} {what} ({', '.join(cases[:5])}{more}"
+                         f"{f'; {why}' if why else ''}): {advice}")
+    return "; ".join(parts) + "; or pass --allow-missing to gate on the cases both runs measured"
 
 
 def timed_out_error(n: int, shown: str) -> str:
