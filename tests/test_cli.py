@@ -165,7 +165,7 @@ def test_every_commands_parser_loads_without_the_report_layers_libraries():
 
 
 @pytest.mark.parametrize("file, text, words", [
-    ("sys/devices/system/node/node0/cpulist", "zz\n", "'zz' is not a kernel CPU or node list"),
+    ("sys/devices/system/node/node0/cpulist", "zz\n", "node0/cpulist holds 'zz', not a kernel CPU or node list"),
     ("sys/devices/system/node/node0/distance", "10 x\n", "node0/distance holds '10 x', not distances"),
     ("sys/devices/system/node/node0/cpulist", "0-99999999\n", "numbers below 8192"),   # not a 10^8 CPU list
 ])

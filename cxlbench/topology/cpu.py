@@ -29,7 +29,7 @@ def online_cpus(root: str) -> list[int]:
     """Online logical CPUs; falls back to the cpuN directories when `online` is absent."""
     online = read_text(root, f"{CPU_DIR}/online")
     if online:
-        return parse_cpulist(online)
+        return parse_cpulist(online, f"{CPU_DIR}/online")
     return numbered(root, CPU_DIR, "cpu")
 
 
@@ -63,7 +63,7 @@ def read_caches(root: str, cpu: int = 0) -> list[Cache]:
         caches.setdefault((level, kind), Cache(
             level=level, kind=kind, size_bytes=size,
             line_bytes=read_int(root, f"{d}/coherency_line_size") or 64,
-            shared_cpus=parse_cpulist(read_text(root, f"{d}/shared_cpu_list")),
+            shared_cpus=parse_cpulist(read_text(root, f"{d}/shared_cpu_list"), f"{d}/shared_cpu_list"),
         ))
     return [caches[k] for k in sorted(caches)]
 

@@ -13,7 +13,7 @@ TIER_DIR = "/sys/devices/virtual/memory_tiering"
 def node_ids(root: str) -> list[int]:
     """Online nodes; the node directories when `online` is absent (old kernels, fixtures)."""
     online = read_text(root, f"{NODE_DIR}/online")
-    return parse_cpulist(online) if online else numbered(root, NODE_DIR, "node")
+    return parse_cpulist(online, f"{NODE_DIR}/online") if online else numbered(root, NODE_DIR, "node")
 
 
 def read_distances(root: str, node: int, ids: list[int]) -> dict[int, int]:
@@ -26,7 +26,8 @@ def read_distances(root: str, node: int, ids: list[int]) -> dict[int, int]:
 
 def read_memory_tiers(root: str = "/") -> dict[int, list[int]]:
     """memory_tierN -> its nodes. Lower N is faster memory (DRAM is tier 4 by default)."""
-    return {tier: parse_cpulist(read_text(root, f"{TIER_DIR}/memory_tier{tier}/nodelist"))
+    return {tier: parse_cpulist(read_text(root, f"{TIER_DIR}/memory_tier{tier}/nodelist"),
+                                 f"{TIER_DIR}/memory_tier{tier}/nodelist")
             for tier in numbered(root, TIER_DIR, "memory_tier")}
 
 
@@ -53,7 +54,7 @@ def read_node(root: str, node: int, ids: list[int], tiers: dict[int, list[int]])
         id=node,
         # Empty is a node whose CPUs are all offline; absent or unreadable is not,
         # and read as empty it would make a CPU node "CPU-less memory" measured from afar.
-        cpus=parse_cpulist(read_required(root, f"{d}/cpulist")),
+        cpus=parse_cpulist(read_required(root, f"{d}/cpulist"), f"{d}/cpulist"),
         mem_total_bytes=total,
         mem_free_bytes=free,
         distances=read_distances(root, node, ids),

@@ -93,8 +93,9 @@ class SysfsFormatError(ValueError):
 LINUX_MOST_CPUS = 8192
 
 
-def parse_cpulist(text: str | None) -> list[int]:
-    """Kernel list format "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]."""
+def parse_cpulist(text: str | None, where: str = "") -> list[int]:
+    """Kernel list format "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]; `where`, the file it
+    was read from, named when it is not one (a machine reads a dozen such files)."""
     cpus: list[int] = []
     try:
         for part in (text or "").replace("\n", ",").split(","):
@@ -107,8 +108,8 @@ def parse_cpulist(text: str | None) -> list[int]:
                 raise ValueError
             cpus.extend(range(lo, hi + 1))
     except ValueError:
-        raise SysfsFormatError(f"{text.strip()!r} is not a kernel CPU or node list (e.g. 0-3,8; "
-                               f"numbers below {LINUX_MOST_CPUS})") from None
+        raise SysfsFormatError(f"{where + ' holds ' if where else ''}{text.strip()!r}, not a kernel CPU or node "
+                               f"list (e.g. 0-3,8; numbers below {LINUX_MOST_CPUS})") from None
     return cpus
 
 

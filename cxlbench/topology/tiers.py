@@ -179,7 +179,8 @@ def allowed_cpus(machine: Machine, root: str = "/") -> set[int] | None:
     restriction: isolated CPUs are there to be pinned to, as before."""
     every = {c for n in machine.nodes.values() for c in n.cpus}
     mine = set(os.sched_getaffinity(0)) & every
-    isolated = set(parse_cpulist(read_text(root, "sys/devices/system/cpu/isolated") or ""))
+    isolated = set(parse_cpulist(read_text(root, "sys/devices/system/cpu/isolated") or "",
+                                      "/sys/devices/system/cpu/isolated"))
     if not every or mine == every or (isolated and mine == every - isolated):
         return None
     machine.environment.allowed_cpus = format_cpulist(sorted(mine))
