@@ -429,6 +429,21 @@ def test_outputs_markdown_json_junit():
     assert "nothing" not in ok.summary()
 
 
+def test_a_pair_given_the_wrong_way_round_or_not_a_pair_says_so():
+    """Exit 0 in silence for a run gated against itself, a baseline newer than the run
+    it judges, or runs of two suites."""
+    rng = np.random.default_rng(21)
+    base = syn.make_run(sim_results(rng, 3), label="base")
+    assert any("are the same run" in w for w in gate(base, base).warnings)
+    later = syn.make_run(sim_results(rng, 3), label="later")
+    later.meta["started"] = "2026-02-01T00:00:00+00:00"
+    assert any("the baseline started after the current run" in w for w in gate(later, base).warnings)
+    other = syn.make_run(sim_results(rng, 3), label="other")
+    other.meta["suite"] = {"name": "nightly"}
+    assert any("different suites" in w for w in gate(base, other).warnings)
+    assert not gate(base, syn.make_run(sim_results(rng, 3), label="cur")).warnings
+
+
 def test_inconclusive_carries_minimum_detectable_effect():
     rng = np.random.default_rng(30)
     base = syn.make_run(sim_results(rng, 50, noise=0.15), label="a")

@@ -21,6 +21,7 @@ import pandas as pd
 
 from cxlbench.analysis.compare import (Comparison, RunLike, as_run, cases_by_key, compare, fmt_change, fmt_ci_change,
                                        fmt_num, fmt_pct)
+from cxlbench.analysis.history import suite_name as suite_of
 from cxlbench.analysis.stats import CONFIDENCE, FASTER, INCONCLUSIVE, SAME, SLOWER
 from cxlbench.analysis.thresholds import ThresholdError, Thresholds, load_thresholds
 from cxlbench.results.schema import FAILED, timed_out_cases, unmeasured_reason
@@ -342,6 +343,7 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
             + "; ".join(str(d) for d in ident))
     for d in cmp.context_differences:
         result.warnings.append(f"setting differs: {d}")
+    result.warnings += _odd_pair(base, cur)
     result.missing, result.new, both = _unmatched(cmp, base, cur)
     missing = result.missing
     stuck = timed_out_cases(cur.meta)
@@ -362,6 +364,22 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
                                    f"the first verdicts stand")
     result.status = FAIL if not result.regressions.empty else PASS
     return result
+
+
+def _odd_pair(base: Run, cur: Run) -> list[str]:
+    """What suggests the two runs were given the wrong way round or are not a pair."""
+    if base.run_id == cur.run_id:       # a run against itself passes whatever it measured
+        return [f"the baseline and the current run are the same run ({cur.run_id}): every case reads the same"]
+    out = []
+    started = [pd.Timestamp(r.meta.get("started")) if r.meta.get("started") else None for r in (base, cur)]
+    if all(t is not None for t in started) and started[0] > started[1]:
+        out.append(f"the baseline started after the current run ({started[0]:%Y-%m-%d %H:%M} against "
+                   f"{started[1]:%Y-%m-%d %H:%M}): were they given the wrong way round?")
+    suites = [suite_of(r.meta) for r in (base, cur)]
+    if suites[0] != suites[1]:
+        out.append(f"the runs are of different suites ({suites[0]} and {suites[1]}): only their common "
+                   f"cases are gated")
+    return out
 
 
 def _missing_error(missing: pd.DataFrame) -> str:
