@@ -61,10 +61,16 @@ def _split_t(x: np.ndarray, splits: np.ndarray) -> np.ndarray:
     c1 = np.cumsum(x, axis=-1)
     c2 = np.cumsum(x * x, axis=-1)
     s1, q1 = c1[..., splits - 1], c2[..., splits - 1]
-    s2, q2 = c1[..., -1:] - s1, c2[..., -1:] - q1
-    m1, m2 = s1 / splits, s2 / (n - splits)
+    return _t(s1, q1, splits, c1[..., -1:], c2[..., -1:], n)
+
+
+def _t(s1, q1, k, total, total_sq, n: int) -> np.ndarray:
+    """|t| of k values (their sum s1, sum of squares q1) against the other n - k of a
+    series whose sums are total and total_sq; inf for a step with no spread at all."""
+    s2, q2 = total - s1, total_sq - q1
+    m1, m2 = s1 / k, s2 / (n - k)
     pooled = np.maximum((q1 - s1 * m1) + (q2 - s2 * m2), 0) / (n - 2)
-    se = np.sqrt(pooled * (1.0 / splits + 1.0 / (n - splits)))
+    se = np.sqrt(pooled * (1.0 / k + 1.0 / (n - k)))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.abs(m1 - m2) / se
     return np.where(se > 1e-12, t, np.where(np.abs(m1 - m2) > 1e-12, np.inf, 0.0))
@@ -164,15 +170,7 @@ def _middle_t(x: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     n = x.shape[-1]
     c1 = np.concatenate([np.zeros((len(x), 1)), np.cumsum(x, axis=-1)], axis=-1)
     c2 = np.concatenate([np.zeros((len(x), 1)), np.cumsum(x * x, axis=-1)], axis=-1)
-    k = (j - i).astype(float)
-    s1, q1 = c1[:, j] - c1[:, i], c2[:, j] - c2[:, i]
-    s2, q2 = c1[:, -1:] - s1, c2[:, -1:] - q1
-    m1, m2 = s1 / k, s2 / (n - k)
-    pooled = np.maximum((q1 - s1 * m1) + (q2 - s2 * m2), 0) / (n - 2)
-    se = np.sqrt(pooled * (1.0 / k + 1.0 / (n - k)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.abs(m1 - m2) / se
-    return np.where(se > 1e-12, t, np.where(np.abs(m1 - m2) > 1e-12, np.inf, 0.0))
+    return _t(c1[:, j] - c1[:, i], c2[:, j] - c2[:, i], (j - i).astype(float), c1[:, -1:], c2[:, -1:], n)
 
 
 def _retest(x: np.ndarray, cuts: list[int], min_magnitude: float, max_pvalue: float) -> list[ChangePoint]:
