@@ -361,3 +361,19 @@ def test_calibrate_refuses_what_is_not_an_aa_pair(tmp_path, what, says):
         b = syn.write_run(tmp_path / "b", syn.suite_results(rng, **SMALL), suite="ci", label="b")
     with pytest.raises(ResultsError, match=says):
         calibrate(load_run(a), load_run(b))
+
+
+def test_a_point_recorded_in_other_units_is_not_compared_nor_called_faster():
+    """A current run that recorded a latency in µs against a baseline in ns read as
+    -99.9%, 'faster': only the direction was checked."""
+    rng = np.random.default_rng(5)
+    base = syn.make_run(syn.suite_results(rng, noise=0.01), label="base")
+    cur = syn.make_run(syn.suite_results(rng, noise=0.01), label="cur")
+    lat = cur.samples["metric"] == "latency_ns"
+    cur.samples.loc[lat, "value"] = cur.samples.loc[lat, "value"] / 1000
+    cur.samples.loc[lat, "unit"] = "us"
+    rows = compare([base, cur]).rows
+    odd = rows[rows["metric"] == "latency_ns"]
+    assert len(odd) and (odd["verdict"] == "inconclusive").all()
+    assert odd["note"].str.contains(r"different units \(ns, us\): not compared").all()
+    assert (rows[rows["metric"] != "latency_ns"]["verdict"] != "faster").all()

@@ -355,6 +355,9 @@ def compare(runs: Sequence[RunLike], threshold: float | str | None = None,
             note = ch.note
             if str(r["better_c"]) != better:
                 ch, note = judge(ratio_ci([], []), better, thr), "the runs disagree on the direction"
+            elif str(r["unit_c"]) != str(r["unit_b"]):      # µs against ns read as -99.9%, "faster"
+                ch = judge(ratio_ci([], []), better, thr)
+                note = f"the runs record it in different units ({r['unit_b']}, {r['unit_c']}): not compared"
             needed = repetitions_needed(bv, cv, thr, confidence, th.noise_for(bench)) \
                 if ch.verdict == INCONCLUSIVE and not note else math.nan
             note = "; ".join(n for n in (note, skew_note(ch)) if n)
