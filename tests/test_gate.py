@@ -444,6 +444,15 @@ def test_a_pair_given_the_wrong_way_round_or_not_a_pair_says_so():
     assert not gate(base, syn.make_run(sim_results(rng, 3), label="cur")).warnings
 
 
+def test_a_misspelt_identity_field_to_ignore_is_refused_naming_the_fields():
+    rng = np.random.default_rng(4)
+    res = sim_results(rng, 3)
+    m, tiers = syn.machine(kernel="6.8.0-other")
+    result = gate(syn.make_run(res, label="base"), syn.make_run(res, m=m, tiers=tiers), ignore_identity=("kernal",))
+    assert result.exit_code == 2 and result.errors[0].startswith("--ignore-identity kernal: not an identity field")
+    assert "kernel" in result.errors[0]
+
+
 def test_inconclusive_carries_minimum_detectable_effect():
     rng = np.random.default_rng(30)
     base = syn.make_run(sim_results(rng, 50, noise=0.15), label="a")

@@ -335,6 +335,12 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
         role = "baseline" if info.index == 0 else "current"
         if info.status != "complete":
             result.warnings.append(f"the {role} run is {info.status}")
+    known = set(cmp.runs[0].profile.identity)
+    typo = [f for f in ignore_identity if f not in known]
+    if typo:                                 # a misspelt field allowed nothing, in silence
+        result.errors.append(f"--ignore-identity {', '.join(typo)}: not an identity field (they are "
+                             f"{', '.join(sorted(known))})")
+        return result
     ident = [d for d in cmp.identity_differences if d.field not in set(ignore_identity)]
     if ident:
         result.errors.append(
