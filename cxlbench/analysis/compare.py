@@ -418,6 +418,8 @@ def fmt_ci_change(lo: float, hi: float) -> str:
 def fmt_pct(x: float) -> str:
     if x is None or not math.isfinite(x):
         return "—"
+    if 0 < abs(x) < 0.0005:          # a threshold of 1e-9 printed as "0.0%"
+        return f"{x * 100:.2g}%"
     return f"{x * 100:.1f}%"
 
 

@@ -66,8 +66,8 @@ class GateResult:
         rows = self.rows[self.rows["verdict"] == INCONCLUSIVE]
         mde = rows["mde"].replace([math.inf], math.nan).median()
         thresholds = sorted(set(rows["threshold"].round(6)))
-        thr = fmt_pct(thresholds[0]) if len(thresholds) == 1 else "their thresholds"
-        return (f"{len(rows)} of {len(self.rows)} cases could not have detected a {thr} change "
+        thr = f"a {fmt_pct(thresholds[0])} change" if len(thresholds) == 1 else "a change of their thresholds"
+        return (f"{len(rows)} of {len(self.rows)} cases could not have detected {thr} "
                 f"(median minimum detectable effect {fmt_pct(mde) if math.isfinite(mde) else 'unbounded'}); "
                 "decide them against the machine's history (`cxlbench gate --history`) or with an interleaved "
                 "A/B (`cxlbench ab`)")
