@@ -129,8 +129,9 @@ def size_name(n: int) -> str:
 def check_edac(m: Machine) -> Check:
     if not m.edac:
         return Check("ecc", "info", "no EDAC memory controllers (VM or no EDAC driver): ECC errors can't be seen")
-    ue = [f"{c.name}: {c.ue_count}" for c in m.edac if c.ue_count]
-    ce = [f"{c.name}: {c.ce_count}" for c in m.edac if c.ce_count]
+    # a count below 0 is no count (a driver's or a fixture's -1), not failing memory
+    ue = [f"{c.name}: {c.ue_count}" for c in m.edac if (c.ue_count or 0) > 0]
+    ce = [f"{c.name}: {c.ce_count}" for c in m.edac if (c.ce_count or 0) > 0]
     if ue:
         return Check("ecc", "error", f"uncorrected memory errors ({', '.join(ue)}): memory is failing, "
                      "figures from this machine are suspect")
