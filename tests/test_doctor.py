@@ -69,6 +69,14 @@ def test_uncorrected_errors_are_an_error(tmp_path):
     assert doctor_exit_code(checks) == 2
 
 
+def test_an_edac_count_below_zero_is_no_count_not_failing_memory(tmp_path):
+    root = copy_tree("two_socket_cxl", tmp_path)
+    set_file(root, "/sys/devices/system/edac/mc/mc1/ue_count", -1)
+    set_file(root, "/sys/devices/system/edac/mc/mc0/ce_count", 0)
+    (ecc,) = [c for c in run_checks(read_machine(str(root))) if c.name == "ecc"]
+    assert ecc.verdict == "ok", ecc.message
+
+
 def test_a_tuned_machine_exits_zero(tmp_path):
     root = copy_tree("two_socket_cxl", tmp_path)
     set_file(root, "/proc/sys/kernel/numa_balancing", 0)
