@@ -298,3 +298,19 @@ def test_a_run_in_a_folder_named_in_another_encoding_is_not_called_damaged(tmp_p
     with pytest.raises(ResultsError) as e:
         load_run(odd)
     assert "its path is not UTF-8 text" in str(e.value) and "not judged damaged" in str(e.value)
+
+
+def test_a_file_that_cannot_be_made_is_named_as_asked_not_as_its_temporary_file(tmp_path):
+    """'/sys/.x.html.uk9o8z4s.tmp: Permission denied' named a file the user never asked for."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    target = folder / "x.html"
+    import os
+    from unittest import mock
+
+    def refused(*a, **k):
+        raise PermissionError(13, "Permission denied", str(folder / ".x.html.abcd.tmp"))
+    with mock.patch("tempfile.mkstemp", refused), pytest.raises(OSError) as failed:
+        atomic_write(target, b"a page")
+    assert failed.value.filename == str(target) and failed.value.errno == 13
+    assert not os.listdir(folder)

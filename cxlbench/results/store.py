@@ -78,7 +78,9 @@ def atomic_write(path: Path, data: bytes) -> None:
     try:
         _replace_whole(Path(path), data)
     except OSError as e:
-        if e.filename is None:          # write() and fsync() name no file: a full disk said only so
+        # write() and fsync() name no file (a full disk said only so), and mkstemp names its
+        # temporary file, which the user never asked for: either way, the path asked for
+        if e.filename is None or Path(str(e.filename)).name.startswith(f".{Path(path).name}."):
             raise OSError(e.errno, e.strerror, str(path)) from None
         raise
 
