@@ -270,6 +270,19 @@ def test_a_gates_files_go_into_a_folder_it_makes(capsys, tmp_path):
     assert code == 1 and err == "" and json.loads((tmp_path / "new" / "deeper" / "g.json").read_text())
 
 
+def test_calibrate_refuses_a_run_that_is_not_whole_and_export_says_what_it_holds(capsys, tmp_path):
+    """A run still being measured calibrated half the cases; the rest kept the default
+    threshold without a word. An export of it said nothing either."""
+    import json as js
+    base, same = _pair(tmp_path)
+    meta = js.loads((Path(same) / "run.json").read_text())
+    (Path(same) / "run.json").write_text(js.dumps({**meta, "status": "partial"}))
+    code, out, err = run_cli(capsys, "calibrate", base, same)
+    assert code == 2 and "is partial, not complete: an A/A pair is two whole runs" in err
+    code, out, err = run_cli(capsys, "export", same, "-o", str(tmp_path / "x.json"))
+    assert code == 0 and "is partial: the export holds the cases it finished" in err
+
+
 def test_calibrate_leaves_a_thresholds_file_that_exists_as_it_was(capsys, tmp_path):
     base, same = _pair(tmp_path)
     mine = tmp_path / "thresholds.toml"

@@ -446,6 +446,12 @@ def calibrate(run_a: str, run_b: str, thresholds_out: str | None = None) -> int:
     if thresholds_out and Path(thresholds_out).is_file():
         raise UserError(f"--write-thresholds {thresholds_out}: the file exists, and a thresholds file may be "
                         "tuned by hand: name a new file (and merge what you want to keep)")
+    from cxlbench.results.store import load_run
+    for path in (run_a, run_b):          # a run half measured would calibrate half the cases
+        status = load_run(path).status
+        if status != "complete":
+            raise UserError(f"{path} is {status}, not complete: an A/A pair is two whole runs (the cases "
+                            f"it lacks would keep the default threshold without a word)")
     cal = run_calibrate(run_a, run_b)
     print(cal.format())
     if thresholds_out:
@@ -462,7 +468,11 @@ def export(run_path: str, out: str, fmt: str = "pytest-benchmark") -> int:
     from cxlbench.results.store import load_run
     if fmt not in exp.FORMATS:
         raise UserError(f"unknown export format {fmt!r} (supported: {', '.join(exp.FORMATS)})")
-    data = exp.format_data(load_run(run_path), fmt)
+    run = load_run(run_path)
+    if run.status != "complete":
+        print(f"cxlbench: note: {run_path} is {run.status}: the export holds the cases it finished",
+              file=sys.stderr)
+    data = exp.format_data(run, fmt)
     if out == "-":
         print(exp.dumps(data))
     else:
