@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 from cxlbench.analysis.machine import warnings
-from cxlbench.benchmarks import bandwidth, latency
+from cxlbench.benchmarks import bandwidth, interleave, latency
 from cxlbench.topology.cgroup import memory_limit
 from cxlbench.runner.run import build_env
 from planning import plan
@@ -59,9 +59,23 @@ def test_a_case_sized_past_the_pods_limit_is_skipped_saying_so(tmp_path):
              for p in plan(bandwidth, {**suite, "array_bytes": size}, env) if p.case.target == "ddr0"}
     assert skips[512 << 20] is None                    # 1.5 GiB of 2: fits
     assert skips[1 << 30] == ("needs 3072 MiB, more than 80% of what this process's memory limit leaves "
-                              "free (2048 of 2048 MiB, its cgroup's)")
+                              "free (2048 MiB free of its cgroup's 2048 MiB)")
     chase = plan(latency, {"repetitions": 1, "warmup": 1, "min_sample_s": 0.01, "working_set": ["8GiB"]}, env)
     assert all("memory limit" in p.skip for p in chase)
     assert any("limited to 4.0 GiB by its cgroup" in w
                for w in warnings({"environment": {"memory_limit_bytes": 4 * GIB,
                                                   "memory_limit_free_bytes": 4 * GIB}}))
+
+
+def test_a_case_spread_over_nodes_is_sized_against_the_limit_on_its_total(tmp_path):
+    """A cgroup caps the process, not a node: at 50/50 each half fitted the limit alone
+    and a case of 1.5 times the pod's memory was planned, to be killed."""
+    root = tmp_path / "m"
+    shutil.copytree(FIXTURES / "two_socket_cxl", root, symlinks=True)
+    tree(root, {"proc/self/cgroup": "0::/pod\n", "sys/fs/cgroup/pod/memory.max": f"{2 * GIB}\n",
+                "sys/fs/cgroup/pod/memory.current": "0\n"})
+    env = build_env(str(root), [])
+    init, ddr, far = env.initiators["cpu:node0"], env.tiers["ddr0"], env.tiers["cxl2"]
+    params = {"ddr_weight": 50, "probe": "bandwidth", "kernel": "triad", "array_bytes": 1 << 30}
+    assert interleave.cannot(params, init, ddr, far, env).startswith("needs 3072 MiB in all, more than 80% of")
+    assert interleave.cannot({**params, "array_bytes": 256 << 20}, init, ddr, far, env) is None

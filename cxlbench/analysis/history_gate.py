@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import false_discovery_control
 
-from cxlbench.analysis.changepoints import change_points
+from cxlbench.analysis.changepoints import MIN_SEGMENT, change_points
 from cxlbench.analysis.gate import timed_out_error
 from cxlbench.analysis.history import History, labels, run_rows
 from cxlbench.analysis.stats import contiguity_note, t_cdf, t_quantile
@@ -133,26 +133,28 @@ def since_accepted(h: History, current_id: str, exclude: set[str]) -> list[str]:
 def before_unaccepted_step(rows: pd.DataFrame, higher: bool, rule: Rule) -> tuple[pd.DataFrame, tuple | None]:
     """One point's reference where its history since the latest accepted change has
     steps: the newest `window` runs at the level a run is held to, and where the
-    latest runs are worse than it, that step (its first run, its size). Without this the window fills
-    with a regression's runs (each failing night adds itself and its two
-    confirmations), their spread hides the step, and by the third night a regression
-    nobody accepted passes. The level: the first segment's, replaced by a later one
-    better by the gate's threshold (an improvement is what a later run is held to),
-    joined by one within the threshold (the same level again, a regression fixed),
-    never by a worse one. `rows`: the point's runs, oldest first."""
+    latest runs are worse than it, that step (its first run, its size). Without this
+    the window fills with a regression's runs (each failing night adds itself and its
+    two confirmations), their spread hides the step, and by the third night a
+    regression nobody accepted passes. The level: the first segment's, joined by every
+    later one no worse than it by the gate's threshold (the level again after a
+    regression fixed, or an improvement: one nobody accepted is no level to hold
+    later runs to), never by a worse one. `rows`: the point's runs, oldest first."""
     values = rows["median"].to_numpy(float)
     ok = np.isfinite(values) & (values > 0)
     kept, values = rows[ok], values[ok]
+    if len(kept) < 2 * MIN_SEGMENT:       # too few runs to hold a step (a case new to the suite)
+        return kept.tail(rule.window), None
     cuts = [c.index for c in change_points(values, rule.threshold)]
     segments = list(zip([0] + cuts, cuts + [len(kept)]))
     level = [float(np.mean(np.log(values[a:b]))) for a, b in segments]
     held = [0]
     for i in range(1, len(segments)):
-        change = math.expm1(level[i] - level[held[0]])
-        if (change >= rule.threshold) if higher else (change <= -rule.threshold):
-            held = [i]                   # better by the threshold: the new level
-        elif not _bad(change, higher, rule.threshold):
-            held.append(i)               # within it: the same level again
+        # better, or within the threshold: no worse than the accepted level, so it joins it
+        # (an improvement nobody accepted is no level to hold later runs to: a quiet spell
+        # on a shared machine would have made every ordinary run after it a regression)
+        if not _bad(math.expm1(level[i] - level[held[0]]), higher, rule.threshold):
+            held.append(i)
     ref = pd.concat([kept.iloc[a:b] for a, b in (segments[i] for i in held)]).tail(rule.window)
     if held[-1] == len(segments) - 1:
         return ref, None

@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 
 from cxlbench.benchmarks import loaded_latency
 from cxlbench.benchmarks.bandwidth import KERNELS, Kernel, thread_counts, time_kernel
-from cxlbench.benchmarks.base import Env, Planned, Show, Skip, memory_short, metrics, sweep
+from cxlbench.benchmarks.base import Env, Planned, Show, Skip, limit_short, memory_short, metrics, sweep
 from cxlbench.benchmarks.sizes import array_bytes
 from cxlbench.benchmarks.spec import Count, Delays, Mix, Size, Spec as BaseSpec, Threads, within
 from cxlbench.results.schema import Case, Metric, Sample
@@ -139,7 +139,7 @@ def cannot(params: dict, initiator, ddr, far, env: Env) -> str | None:
         short = memory_short(env, tier.node, int(need * share), on=tier.name)
         if short:
             return short
-    return None
+    return limit_short(env, need)
 
 
 def estimate(params: dict, spec: Spec) -> float:

@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, metrics, node_cpus, sweep
+from cxlbench.benchmarks.base import Env, Headline, Planned, Show, Skip, limit_short, metrics, node_cpus, sweep
 from cxlbench.benchmarks.spec import Allowed, Count, Count0, Size, Spec as BaseSpec, Threads
 from cxlbench.training.configs import MODELS
 from cxlbench.results.schema import Case, Metric, Sample
@@ -357,11 +357,9 @@ def _fits(case: Case, env: Env, cfg, fresh: bool = False) -> str | None:
     fresh: read the nodes' free memory now rather than the planning snapshot."""
     needs = _host_needs(case, cfg)
     host = sum(need for name, need in needs.items() if name in env.tiers and env.tiers[name].kind != "nvme")
-    room = env.machine.environment.memory_limit_free_bytes
-    if room is not None and host > 0.8 * room:       # a pod's, a job's limit: all the tiers' state is this process's
-        return (f"needs ~{host / 2**30:.1f} GiB of host memory, more than 80% of what this process's memory "
-                f"limit leaves free ({room / 2**30:.1f} of {env.machine.environment.memory_limit_bytes / 2**30:.1f} "
-                f"GiB, its cgroup's)")
+    short = limit_short(env, host)        # a pod's, a job's limit: all the tiers' state is this process's
+    if short:
+        return short
     for name, need in needs.items():
         tier = env.tiers.get(name)
         if tier is None:

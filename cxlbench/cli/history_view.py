@@ -152,7 +152,7 @@ def verdict_junit(v: HistoryVerdict) -> str:
                            name=_name(r["label"], r.get("relative_to")))
         detail = (f"history {format_number(r['baseline'])} {r['unit']} (run-to-run {_pct(r['noise'], False)}), "
                   f"current {format_number(r['current'])}, change {_pct(r['change'])}, q {_p(_p_q(r)[1])}")
-        if r.get("stepped"):
+        if isinstance(r.get("stepped"), str) and r["stepped"]:       # a missing point's is NaN
             detail += f"; judged against the runs before its step at {r['stepped']} ({_pct(r['step'])}), not accepted"
         if r.get("note"):
             detail += f"; {r['note']}"

@@ -77,7 +77,7 @@ def _parse(data: bytes, path: str) -> FleetRecord:
     wrong = [f"{name}" for name, v in _fields(record) if not isinstance(v, str)]
     wrong += [f"jobs[{i}].{name}" for i, job in enumerate(record.jobs) for name, v in _fields(job)
               if not isinstance(v, str)]
-    if not all(isinstance(c, str) for c in record.command):
+    if not isinstance(record.command, list) or not all(isinstance(c, str) for c in record.command):
         wrong.append("command")
     if wrong:
         raise ResultsError(f"{path} is not a fleet record ({', '.join(wrong)} not text)")
