@@ -107,15 +107,21 @@ def test_no_output_goes_through_a_link_into_a_run_nor_over_a_stores_records(caps
     before = samples.read_bytes()
     (tmp_path / "out.html").symlink_to(samples)
     store = Path(cur).parent
+    (store / "accepted.jsonl").write_text("")
+    (store / "ab-x").mkdir()
+    (store / "ab-x" / "ab.json").write_text("{}")
+    (tmp_path / "_fleet").mkdir()
+    (tmp_path / "_fleet" / "f1.json").write_text("{}")
     for out, says in ((tmp_path / "out.html", "inside the run"),
                       (store / "accepted.jsonl", "accepted changes"),
                       (store / "ab-x" / "ab.json", "A/B session"),
-                      (tmp_path / "_fleet" / "f1.json", "fleet's records")):
+                      (tmp_path / "_fleet" / "f1.json", "fleet's record")):
         with pytest.raises(SystemExit) as stop:
             main(["report", base, "-o", str(out)])
         err = capsys.readouterr().err
         assert stop.value.code == 2 and says in err and len(err.strip().splitlines()) == 1, out
     assert samples.read_bytes() == before
+    assert main(["report", base, "-o", str(tmp_path / "new" / "ab.json")]) == 0      # a user's own file name
 
 
 def test_no_output_is_ever_written_into_a_run_and_no_run_into_another(capsys, tmp_path):
@@ -245,8 +251,9 @@ def test_an_empty_run_name_is_refused_not_read_as_the_newest_run(capsys, option)
 
 @pytest.mark.parametrize("args, says", [
     (["run", "--suite", "ci", "--label", "x\udcff"], "is not UTF-8 text"),     # argv's undecodable byte
-    (["run", "--suite", "ci", "--label", "a\x01b"], "holds a control character"),
+    (["run", "--suite", "ci", "--label", "a\x01b"], "holds a control character"),    # a tab or a line end may
     (["history", "results", "--accept", "latest", "--reason", "r\udcff"], "is not UTF-8 text"),
+    (["run", "--suite", "ci", "--label", "two\nlines"], "holds a control character"),
 ])
 def test_text_a_run_or_marker_keeps_is_refused_unless_it_is_utf8_without_control_characters(capsys, args, says):
     """Stored as a lone surrogate, a label broke every report, page and JSON written from

@@ -213,9 +213,9 @@ def test_a_step_nobody_accepted_is_still_judged_from_before_it_and_accepting_it_
     step = load_run(paths[13]).run_id
     assert list(v.rows["stepped"]) == [step, step]
     assert [n for n in v.notes if "stepped" in n] == [
-        f"2 points stepped the bad way since the latest accepted change, at {step} (2: -10% to +9%): each is "
-        f"judged against the runs before its step. If a change is intended: cxlbench history RESULTS --accept "
-        f"RUN --reason '...'"]
+        f"2 points stepped the bad way since the latest accepted change, at {step} (2, by 9-10% the bad way): "
+        f"each is judged against the runs before its step. If a change is intended: cxlbench history RESULTS "
+        f"--accept RUN --reason '...'"]
     hist.accept(paths[13], "new DIMMs")
     v = _judge(paths, 25)
     assert v.status == PASS and v.reference[0] == load_run(paths[13]).run_id

@@ -167,8 +167,10 @@ def step_notes(rows: pd.DataFrame) -> list[str]:
     if "stepped" not in rows or not (rows["stepped"] != "").any():
         return []
     stepped = rows[rows["stepped"] != ""]
-    at = [f"{run_id} ({len(g)}: {g['step'].min():+.0%}{'' if len(g) == 1 else f' to {g.step.max():+.0%}'})"
-          for run_id, g in stepped.groupby("stepped", sort=True)]
+    at = []
+    for run_id, g in stepped.groupby("stepped", sort=True):
+        lo, hi = f"{g['step'].abs().min():.0%}", f"{g['step'].abs().max():.0%}"
+        at.append(f"{run_id} ({len(g)}, by {lo if lo == hi else f'{lo[:-1]}-{hi}'} the bad way)")
     n = len(stepped)
     return [f"{n} point{'s' if n > 1 else ''} stepped the bad way since the latest accepted change, at "
             f"{'; '.join(at)}: {'each is' if n > 1 else 'it is'} judged against the runs before its step. "

@@ -32,17 +32,26 @@ def fraction(text: str) -> str:
 
 
 def words(text: str) -> str:
-    """Text kept in a run or a marker (a label, a reason): UTF-8, without control
-    characters. A byte the terminal could not decode (a Latin-1 é in a UTF-8 shell)
-    was stored as a lone surrogate, and every report, page and JSON file written from
-    that run after it ended in a traceback; a control character broke the TOML that
-    calibrate writes from a label."""
+    """A label kept in a run: UTF-8 on one line, without control characters but tabs.
+    A byte the terminal could not decode (a Latin-1 é in a UTF-8 shell) was stored as
+    a lone surrogate, and every report, page and JSON file written from that run after
+    it ended in a traceback; a control character or a line end broke the TOML that
+    calibrate writes with the label in a comment."""
+    return _text(text, "\t")
+
+
+def prose(text: str) -> str:
+    """A reason kept in a marker: words() that may run over lines (a commit message)."""
+    return _text(text, "\t\n\r")
+
+
+def _text(text: str, allowed: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise argparse.ArgumentTypeError(f"{text.encode('utf-8', 'backslashreplace').decode()!r} is not UTF-8 "
                                          f"text (a byte the terminal's encoding cannot read)") from None
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+    if any((ord(c) < 32 and c not in allowed) or ord(c) == 127 for c in text):
         raise argparse.ArgumentTypeError(f"{text!r} holds a control character")
     return text
 
@@ -104,12 +113,13 @@ def store_record(path: str) -> str | None:
     from pathlib import Path
     from cxlbench.results.store import AB_JSON, FLEET_FOLDER, MARKERS
     p = Path(path)
-    if p.name == AB_JSON:
+    # only where a store keeps one: a report a user names ab.json elsewhere is theirs to write
+    if p.name == AB_JSON and p.exists():
         return f"an A/B session's record ({AB_JSON})"
-    if p.name == MARKERS:
+    if p.name == MARKERS and p.exists():
         return f"a history's accepted changes ({MARKERS})"
-    if FLEET_FOLDER in p.parts[:-1]:
-        return f"inside a fleet's records ({FLEET_FOLDER})"
+    if p.parent.name == FLEET_FOLDER and p.suffix == ".json" and p.exists():
+        return f"a fleet's record ({FLEET_FOLDER}/)"
     return None
 
 

@@ -315,6 +315,9 @@ def history(paths: list[str], machine: str | None = None, suite: str | None = No
         where = ", ".join(paths or ["results"])
         run = _resolve(mine, accept, where)
         if run.run_id not in {r.run_id for r in mine}:    # a marker beside another machine's runs
+            if run.status != "complete":
+                raise UserError(f"{accept} is {run.status}, not complete: a history holds complete runs only; "
+                                f"accept the first complete run at the new level")
             raise UserError(f"{accept} is not a run of the history in {where} ({key[0]}/{key[1]}): "
                             f"accept one of its runs")
         m = hist.accept(run.path, reason or "")

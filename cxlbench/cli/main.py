@@ -17,7 +17,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from cxlbench.version import __version__
 from cxlbench.cli import commands
-from cxlbench.cli.argtypes import fraction, machine_root, named, out_file, results_dir, seconds, whole, words
+from cxlbench.cli.argtypes import (fraction, machine_root, named, out_file, prose, results_dir, seconds, whole,
+                                   words)
 from cxlbench.cli.commands import UserError
 from cxlbench.cli.preflight import REPORT_ONLY, cannot_start
 from cxlbench.cli.streams import ENDING, prepare_streams, standing
@@ -140,7 +141,7 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gate", help="exit 1 when a case regressed, 2 when the inputs are unusable")
     against = g.add_mutually_exclusive_group(required=True)
     against.add_argument("--baseline", type=named, help="the run to compare with")
-    against.add_argument("--history", nargs="+", metavar="RESULTS",
+    against.add_argument("--history", nargs="+", metavar="RESULTS", type=named,
                          help="the machine's history instead: its runs of the current run's suite; "
                               "exit 3 when a point is suspect and needs confirmation runs")
     g.add_argument("--current", type=named,
@@ -168,13 +169,13 @@ def parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_gate)
 
     h = sub.add_parser("history", help="a machine's runs over time: trends, change points, environment changes")
-    h.add_argument("results", nargs="*", help="results directories (default: results/)")
+    h.add_argument("results", nargs="*", type=named, help="results directories (default: results/)")
     h.add_argument("--machine", help="the machine's name, where the runs hold several")
     h.add_argument("--suite", help="the suite, where the runs hold several")
     h.add_argument("-o", "--out", type=out_file, help="write the trend report (HTML) here")
     h.add_argument("--min-change", type=fraction, help="the smallest step called a change point (default 5%%)")
     h.add_argument("--accept", metavar="RUN", help="mark RUN (a run id or latest) as the first of a new normal")
-    h.add_argument("--reason", type=words, help="why the change is accepted (with --accept)")
+    h.add_argument("--reason", type=prose, help="why the change is accepted (with --accept)")
     normalize(h)
     h.set_defaults(func=lambda a: commands.history(a.results, a.machine, a.suite, a.out, a.accept, a.reason,
                                                    a.min_change, a.normalize))

@@ -108,11 +108,11 @@ def merge(prev: CaseResult | None, part: CaseResult, piece: Slice) -> CaseResult
             merged.info["repetitions_measured"] = f"{piece.first} of {piece.total}: {part.reason}"
             # One wording for every case cut by the same cause (the reason's estimate
             # differs per case), so the terminal and the report say it once with a count.
-            why = part.reason.split(": ", 1)[0]
+            budget = part.reason.split(": ", 1)[0]
             merged.info["warnings"] = list(merged.info.get("warnings", [])) + [
-                f"only {piece.first} of {piece.total} repetitions measured: the {why} was spent "
-                f"(run --budget SECONDS allows more)" if why.startswith("time budget") else
-                f"only {piece.first} of {piece.total} repetitions measured: {why}"]
+                f"only {piece.first} of {piece.total} repetitions measured: the {budget} was spent "
+                f"(run --budget SECONDS allows more)" if budget.startswith("time budget") else
+                f"only {piece.first} of {piece.total} repetitions measured: {part.reason}"]
         elif part.status == FAILED and prev.status == OK and piece.first >= prev.case.repetitions:
             # A process past the planned repetitions (asked for by a precision target)
             # failed: the planned measurement is whole and stands; the extra passes end
