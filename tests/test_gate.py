@@ -441,6 +441,10 @@ def test_a_pair_given_the_wrong_way_round_or_not_a_pair_says_so():
     other = syn.make_run(sim_results(rng, 3), label="other")
     other.meta["suite"] = {"name": "nightly"}
     assert any("different suites" in w for w in gate(base, other).warnings)
+    fewer = syn.make_run(sim_results(rng, 2), label="fewer")        # a case missing: exit 2, with the hint
+    fewer.meta["suite"] = {"name": "nightly"}
+    refused = gate(base, fewer)
+    assert refused.exit_code == 2 and "different suites" in refused.summary()
     assert not gate(base, syn.make_run(sim_results(rng, 3), label="cur")).warnings
 
 

@@ -12,6 +12,7 @@ import pytest
 from cxlbench.analysis import history as hist
 from cxlbench.analysis.changepoints import change_points
 from cxlbench.analysis.history_gate import FAIL, PASS, SHORT, SUSPECT, Rule, bh_adjust, judge
+from cxlbench.cli.history_view import verdict_text
 from cxlbench.cli.main import main
 from cxlbench.results.store import load_run
 from tests.fakes.synthetic import machine, suite_results, write_run
@@ -212,6 +213,7 @@ def test_a_step_nobody_accepted_is_still_judged_from_before_it_and_accepting_it_
     assert v.status == SUSPECT
     step = load_run(paths[13]).run_id
     assert list(v.rows["stepped"]) == [step, step]
+    assert "against 25 runs of history (2 points against the 13 before their steps)" in verdict_text(v)
     assert [n for n in v.notes if "stepped" in n] == [
         f"2 points stepped the bad way since the latest accepted change, at {step} (2, by 9-10% the bad way): "
         f"each is judged against the runs before its step. If a change is intended: cxlbench history RESULTS "

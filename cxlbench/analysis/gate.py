@@ -349,7 +349,8 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
             + "; ".join(str(d) for d in ident))
     for d in cmp.context_differences:
         result.warnings.append(f"setting differs: {d}")
-    result.warnings += _odd_pair(base, cur)
+    odd = _odd_pair(base, cur)
+    result.warnings += odd
     result.missing, result.new, both = _unmatched(cmp, base, cur)
     missing = result.missing
     stuck = timed_out_cases(cur.meta)
@@ -360,7 +361,8 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     result.warnings += [f"{c} failed in both runs ({why}): not gated" for c, why in both.items()]
     if cmp.rows.empty:
         result.errors.append("the runs have no case in common: nothing to gate on")
-    if result.errors:
+    if result.errors:                    # what may explain them, in the one line they are said in
+        result.errors += odd
         return result
     flagged = cmp.rows[cmp.rows["verdict"] == SLOWER]
     if not flagged.empty and confirm is not None:

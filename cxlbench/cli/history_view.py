@@ -54,6 +54,7 @@ def verdict_text(v: HistoryVerdict) -> str:
     head = {FAIL: "REGRESSION", SUSPECT: "SUSPECT", SHORT: "inconclusive",
             ERROR: "POINTS MISSING"}.get(v.status, "pass")
     lines = [f"cxlbench gate: {head} — {v.current} against {len(v.reference)} runs of history"
+             + _before_steps(v)
              + ("" if not counts else " — " + ", ".join(f"{n} {k}" for k, n in counts.items()))]
     rows = []
     for _, r in v.rows.iterrows():
@@ -79,6 +80,19 @@ def _p_q(r) -> tuple[float, float]:
     if r.get("verdict") == "faster":
         return r["p_faster"], r["q_faster"]
     return r["p"], r.get("q", math.nan)
+
+
+def _before_steps(v: HistoryVerdict) -> str:
+    """How many points are judged from before an unaccepted step, on fewer runs than the
+    window: the header's count is the window's."""
+    if "stepped" not in v.rows:
+        return ""
+    stepped = v.rows[v.rows["stepped"].map(lambda x: isinstance(x, str) and bool(x))]
+    if stepped.empty:
+        return ""
+    n = stepped["n_history"]
+    runs = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
+    return f" ({len(stepped)} point{'s' if len(stepped) > 1 else ''} against the {runs} before their steps)"
 
 
 def point_notes(v: HistoryVerdict) -> list[str]:
@@ -122,7 +136,7 @@ def verdict_markdown(v: HistoryVerdict) -> str:
     if v.errors:
         return "## ⚠️ cxlbench history gate: inputs unusable\n\n" + "".join(f"- {_md(e)}\n" for e in v.errors)
     out = [f"## {_TITLES.get(v.status, v.status)}", "",
-           f"- **Current**: `{v.current}` against {len(v.reference)} runs of history",
+           f"- **Current**: `{v.current}` against {len(v.reference)} runs of history{_before_steps(v)}",
            *([f"- **Confirmation runs**: {', '.join(f'`{c}`' for c in v.confirmations)}"] if v.confirmations else []),
            f"- **Rule**: {_md(v.rule.text(v.judged).removeprefix('rule: '))}"]
     out += [f"- {_md(n)}" for n in v.notes + point_notes(v)]
