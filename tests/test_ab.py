@@ -320,3 +320,15 @@ def test_ctrl_c_before_any_round_finished_is_still_130_not_nothing_to_judge(tmp_
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "interrupted before a round finished" in err and "Traceback" not in err
+
+
+def test_a_session_with_some_repetitions_crowded_out_says_so_when_no_pair_is_left():
+    """It blamed the rounds ('no point was measured in both configurations') where the
+    CPU-held check had dropped the samples that would have paired."""
+    import pandas as pd
+    from cxlbench.analysis.paired import HELD_MIN, _why_none
+    a = pd.DataFrame({"value": [1.0, 1.0], "cpu_held": [1.0, HELD_MIN / 2]})
+    b = pd.DataFrame({"value": [1.0, 1.0], "cpu_held": [HELD_MIN / 2, 1.0]})
+    assert "2 of 4 samples were left out" in _why_none([a, b])
+    assert _why_none([a.assign(cpu_held=1.0), b.assign(cpu_held=1.0)]) == \
+        "no point was measured in both configurations of a pair"

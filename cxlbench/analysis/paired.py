@@ -192,6 +192,10 @@ def _why_none(samples: list[pd.DataFrame]) -> str:
     if held == total:
         return (f"every repetition was left out: its threads held their CPUs less than {HELD_MIN:.0%} of "
                 f"the time (another process or the hypervisor had them); measure when the machine is quiet")
+    if held:                # some left out: what remains may pair in no round, and that is why
+        return (f"no point was measured in both configurations of a pair in enough rounds: {held} of {total} "
+                f"samples were left out, their threads holding their CPUs less than {HELD_MIN:.0%} of the "
+                f"time; measure when the machine is quiet")
     return "no point was measured in both configurations of a pair"
 
 
