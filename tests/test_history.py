@@ -649,6 +649,7 @@ def test_a_case_that_failed_part_way_is_missing_not_judged_on_its_first_repetiti
     junit = tmp_path / "gate.xml"
     main(["gate", "--history", str(tmp_path / "results"), "--current", str(paths[13]), "--junit", str(junit)])
     assert 'errors="1"' in junit.read_text() and "missing: failed: worker exited" in junit.read_text()
+    assert "its step at" not in junit.read_text()         # a missing point stepped nowhere (it read 'at nan')
 
 
 def test_a_case_that_failed_part_way_in_the_history_gives_it_no_point(tmp_path):

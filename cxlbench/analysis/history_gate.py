@@ -248,6 +248,8 @@ def _with_missing(v: HistoryVerdict, h: History, current: Run, allow_missing: bo
         v.rows = pd.concat([v.rows, gone], ignore_index=True) if not v.rows.empty else gone
         v.rows["verdict"] = v.rows["verdict"].fillna("—")        # a short history judges none
         v.rows["note"] = v.rows["note"].fillna("")
+        if "stepped" in v.rows:                                 # a missing point stepped nowhere
+            v.rows["stepped"] = v.rows["stepped"].fillna("")
     if stuck:                    # the inputs are unusable: said as such in every output, JUnit's too
         v.status = ERROR
         v.errors.append(timed_out_error(len(stuck), ", ".join(_names(stuck, gone))))

@@ -87,7 +87,7 @@ def _before_steps(v: HistoryVerdict) -> str:
     window: the header's count is the window's."""
     if "stepped" not in v.rows:
         return ""
-    stepped = v.rows[v.rows["stepped"].map(lambda x: isinstance(x, str) and bool(x))]
+    stepped = v.rows[v.rows["stepped"] != ""]
     if stepped.empty:
         return ""
     n = stepped["n_history"]
@@ -166,7 +166,7 @@ def verdict_junit(v: HistoryVerdict) -> str:
                            name=_name(r["label"], r.get("relative_to")))
         detail = (f"history {format_number(r['baseline'])} {r['unit']} (run-to-run {_pct(r['noise'], False)}), "
                   f"current {format_number(r['current'])}, change {_pct(r['change'])}, q {_p(_p_q(r)[1])}")
-        if isinstance(r.get("stepped"), str) and r["stepped"]:       # a missing point's is NaN
+        if r.get("stepped"):
             detail += f"; judged against the runs before its step at {r['stepped']} ({_pct(r['step'])}), not accepted"
         if r.get("note"):
             detail += f"; {r['note']}"
