@@ -173,10 +173,13 @@ def free_memory(env: Env, node: int | None) -> tuple[int, str] | None:
         return None
     e = env.machine.environment
     if e.memory_limit_free_bytes is not None and e.memory_limit_free_bytes < n.mem_free_bytes:
-        return (e.memory_limit_free_bytes, f"what this process's memory limit leaves free "
-                                           f"({e.memory_limit_free_bytes >> 20} MiB free of its cgroup's "
-                                           f"{e.memory_limit_bytes >> 20} MiB)")
+        return e.memory_limit_free_bytes, _limit_left(e)
     return n.mem_free_bytes, f"node {node}'s free memory"
+
+
+def _limit_left(e) -> str:
+    return (f"what this process's memory limit leaves free ({e.memory_limit_free_bytes >> 20} MiB free of its "
+            f"cgroup's {e.memory_limit_bytes >> 20} MiB)")
 
 
 def limit_short(env: Env, need: int, share: float = 0.8) -> str | None:
@@ -185,8 +188,7 @@ def limit_short(env: Env, need: int, share: float = 0.8) -> str | None:
     e = env.machine.environment
     if e.memory_limit_free_bytes is None or need <= e.memory_limit_free_bytes * share:
         return None
-    return (f"needs {need >> 20} MiB in all, more than {share:.0%} of what this process's memory limit leaves "
-            f"free ({e.memory_limit_free_bytes >> 20} MiB free of its cgroup's {e.memory_limit_bytes >> 20} MiB)")
+    return f"needs {need >> 20} MiB in all, more than {share:.0%} of {_limit_left(e)}"
 
 
 def memory_short(env: Env, node: int | None, need: int, share: float = 0.8, on: str = "") -> str | None:
