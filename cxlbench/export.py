@@ -137,7 +137,8 @@ def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
     env = meta.get("environment") or {}
     cpu = (meta.get("machine") or {}).get("cpu") or {}
     benchmarks, left = [], []
-    for p in points_of(run):
+    points = points_of(run)
+    for p in points:
         first, values = p["first"], p["values"]
         metric, unit, better = str(first["metric"]), str(first["unit"]), str(first["better"])
         try:
@@ -159,7 +160,7 @@ def pytest_benchmark_dict(run: Run) -> dict[str, Any]:
             "stats": stats(converted, p["n_inner"]),
         })
     if not benchmarks:
-        raise ResultsError(_nothing(run) if not points_of(run) else
+        raise ResultsError(_nothing(run) if not points else
                            f"{meta.get('run_id')} holds no figure pytest-benchmark can take (no sample is a "
                            "positive number): nothing to export")
     if left:
