@@ -169,6 +169,10 @@ def _an_aa_pair(runs: list) -> None:
     suites = [suite_name(r.meta) for r in runs]
     if suites[0] != suites[1]:
         raise ResultsError(f"the runs are of two suites ({suites[0]}, {suites[1]}): an A/A pair is two runs of one suite")
+    for r in runs:                    # a run half measured would calibrate half the cases
+        if r.status != "complete":
+            raise ResultsError(f"{r.path} is {r.status}, not complete: an A/A pair is two whole runs (the cases "
+                               f"it lacks would keep the default threshold without a word)")
 
 
 def calibrate(run_a: RunLike, run_b: RunLike, threshold: float | str | None = None,
