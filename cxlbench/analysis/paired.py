@@ -28,7 +28,6 @@ from cxlbench.analysis.thresholds import parse_fraction
 from cxlbench.results.store import AB_JSON, ResultsError, load_run
 
 
-
 @dataclass(frozen=True)
 class PairedVerdict:
     index: int                 # the pair's place in the plan

@@ -15,8 +15,6 @@ from pathlib import Path
 from cxlbench.results import location
 from cxlbench.results.store import FLEET_FOLDER, ResultsError, atomic_write, now_iso
 
-FOLDER = FLEET_FOLDER
-
 
 @dataclass
 class Job:
@@ -50,8 +48,8 @@ def new_fleet_id() -> str:
 
 
 def where(store: str, fleet_id: str) -> str:
-    return location.join(store, FOLDER, f"{fleet_id}.json") if location.is_url(store) \
-        else str(Path(store) / FOLDER / f"{fleet_id}.json")
+    return location.join(store, FLEET_FOLDER, f"{fleet_id}.json") if location.is_url(store) \
+        else str(Path(store) / FLEET_FOLDER / f"{fleet_id}.json")
 
 
 def save(record: FleetRecord) -> str:
@@ -92,10 +90,10 @@ def _fields(obj) -> list[tuple[str, object]]:
 def load_all(store: str) -> list[FleetRecord]:
     """Every fleet record in the store, oldest first."""
     if location.is_url(store):
-        urls = location.glob(store, f"{FOLDER}/*.json")
+        urls = location.glob(store, f"{FLEET_FOLDER}/*.json")
         records = [_parse(location.read_bytes(u) or b"", u) for u in urls]
     else:
-        records = [_parse(p.read_bytes(), str(p)) for p in sorted((Path(store) / FOLDER).glob("*.json"))]
+        records = [_parse(p.read_bytes(), str(p)) for p in sorted((Path(store) / FLEET_FOLDER).glob("*.json"))]
     return sorted(records, key=lambda r: (r.submitted, r.fleet_id))
 
 
