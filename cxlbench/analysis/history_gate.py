@@ -209,15 +209,16 @@ def _judge(h: History, current: Run, confirmations: list[Run], rule: Rule,
         return HistoryVerdict(SHORT, pd.DataFrame(), rule, current.run_id,
                               notes=[f"inconclusive: 0 runs of history for {h.machine}/{h.suite}, "
                                      f"{rule.min_history} needed"])
-    base = h.rows[h.rows["run_id"].isin(ref)]
-    since = None if reference_ids is not None else \
-        h.rows[h.rows["run_id"].isin(since_accepted(h, current.run_id, {c.run_id for c in confirmations}))]
+    # the runs each point may be judged against: the given ones, or every run since the
+    # latest accepted change, for before_unaccepted_step to choose from
+    pool = ref if reference_ids is not None else \
+        since_accepted(h, current.run_id, {c.run_id for c in confirmations})
+    rows_of = {p: g for p, g in h.rows[h.rows["run_id"].isin(pool)].sort_values("position").groupby("point")}
     rows = []
     for _, row in cur.iterrows():
-        mine, stepped = base[base["point"] == row["point"]], None
-        if since is not None:
-            mine, stepped = before_unaccepted_step(since[since["point"] == row["point"]].sort_values("position"),
-                                                   row["better"] == "higher", rule)
+        mine, stepped = rows_of.get(row["point"], h.rows.iloc[:0]), None
+        if reference_ids is None:
+            mine, stepped = before_unaccepted_step(mine, row["better"] == "higher", rule)
         rows.append({**_point(row, mine, conf, rule), "stepped": stepped[0] if stepped else "",
                      "step": stepped[1] if stepped else math.nan})
     table = pd.DataFrame(rows)
