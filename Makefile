@@ -29,7 +29,7 @@ MISSING_FOR_SETUP = import os, shutil, sysconfig, importlib.util; \
 	      "no venv module with pip (ensurepip is missing)" if not importlib.util.find_spec("ensurepip") else "")
 
 # Whether an index answers (pip retries an unreachable one five times per package)
-export REACHABLE = import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)
+REACHABLE = import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)
 
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard cxlbench/_native/*.c cxlbench/_native/*.h)
 	@missing=$$($(PYTHON) -c '$(MISSING_FOR_SETUP)') || exit 1; [ -z "$$missing" ] || { \
@@ -39,7 +39,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard cxlbench/_native/*.c cxlb
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	@index=""; if [ -n "$(TORCH_INDEX)" ]; then \
-	  if $(PY) -c "$$REACHABLE" "$(TORCH_INDEX)/torch/" 2>/dev/null; then index="--extra-index-url $(TORCH_INDEX)"; \
+	  if $(PY) -c '$(REACHABLE)' "$(TORCH_INDEX)/torch/" 2>/dev/null; then index="--extra-index-url $(TORCH_INDEX)"; \
 	  else echo "make setup: $(TORCH_INDEX) cannot be reached: torch from pip's configured indexes" \
 	            "(PyPI's Linux wheel is the CUDA build)" >&2; fi; fi; \
 	echo "$(PY) -m pip install --quiet $$index \"$(TORCH_SPEC)\""; \
