@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from cxlbench.cli.argtypes import out_file, whole
 from cxlbench.cli.commands import UserError
-from cxlbench.units import format_number
+from cxlbench.units import format_number, gib
 
 DEFAULT_WITHIN = 0.10      # name the cheapest placement within 10% of the best tokens/s
 
@@ -121,7 +121,7 @@ def whatif_text(w) -> str:
     lines = [w.headline,
              "MODELLED, not measured: training.stepmodel priced for one GPU with its share of its node; " + w.combine,
              ""]
-    rows = [[r.label, f"{format_number(r.device_bytes / 2**30)} GiB", "yes" if r.device_bytes <= w.capacity_bytes else "no",
+    rows = [[r.label, gib(r.device_bytes), "yes" if r.device_bytes <= w.capacity_bytes else "no",
              format_number(r.tokens_per_s), _pct(r.share), format_number(r.dpu_tokens_per_s), _pct(r.dpu_share),
              *(format_number(r.plain.terms.get(t)) for t in TERMS)]
             for r in w.rows]
@@ -131,8 +131,8 @@ def whatif_text(w) -> str:
     lines += text_table(heads, rows, {1, *range(3, len(heads))})
     lines.append(held_text(w))
     if w.hbm.device_bytes > w.capacity_bytes:
-        lines.append(f"all-HBM does not fit {format_number(w.capacity_bytes / 2**30)} GiB a GPU (needs "
-                     f"{format_number(w.hbm.device_bytes / 2**30)} GiB): it is the reference each share is taken of, as if it did")
+        lines.append(f"all-HBM does not fit {gib(w.capacity_bytes)} a GPU (needs "
+                     f"{gib(w.hbm.device_bytes)}): it is the reference each share is taken of, as if it did")
     lines += ["", f"what must be true for {w.target * 100:g}% of all-HBM tokens/s:"]
     for r in w.rows[1:]:
         lines += [f"  {r.tier}: {n}" for n in r.needs]

@@ -18,7 +18,7 @@ from cxlbench.analysis.whatif import LEFT_OUT, TERMS, WhatIf, held_text, term_la
 from cxlbench.report import _css, build, environment
 from cxlbench.report.placements import _bare, advice_section, tier_key
 from cxlbench.results.store import atomic_write
-from cxlbench.units import format_number, tier_order
+from cxlbench.units import format_number, gib, tier_order
 
 
 def advice_context(a: Advice) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def whatif_context(w: WhatIf) -> dict[str, Any]:
              "dpu_share": f"{r.dpu_share * 100:.3g}%", "terms": [format_number(r.plain.terms.get(t)) for t in TERMS],
              "needs": [str(n) for n in r.needs]} for r in w.rows]
     hbm_note = "" if w.hbm.device_bytes <= w.capacity_bytes else (
-        f"All-HBM does not fit {format_number(w.capacity_bytes / 2**30)} GiB a GPU (it needs {w.hbm.device_bytes / 2**30:,.0f} "
+        f"All-HBM does not fit {gib(w.capacity_bytes)} a GPU (it needs {w.hbm.device_bytes / 2**30:,.0f} "
         "GiB): it is the reference each share is taken of, as if it did.")
     inputs = [{"kind": f.source.kind, "name": f.name, "value": f.shown, "detail": f.detail,
                "source": f.source.text, "where": _bare(f.source.url)} for f in w.figures()]
