@@ -680,3 +680,15 @@ def test_a_file_of_several_profiles_names_them_and_file_colon_name_picks_one(tmp
     assert code == 0 and "2 × h200, host b" in out
     code, _, err = run_cli(capsys, "advise", "--model", "8b", "--gpu", "h200", "--host", f"{lab}:c")
     assert code == 2 and "not 'c'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_page_gives_each_need_to_three_figures_as_the_terminal_does():
+    """A need of 76.4 GiB beside a GPU of 79.6 read '76 GiB' and '80 GiB' once rounded
+    to whole GiB: a need that fits and one that does not could print alike."""
+    from cxlbench.report.advice import whatif_context
+    from cxlbench.units import gib
+    w = whatif(_h100(), load_host("h100-8gpu-cxl"), "8b", Cluster(8, 1))
+    rows = whatif_context(w)["rows"]
+    assert [r["need"] for r in rows] == [gib(r.device_bytes) for r in w.rows]
+    assert any(r.device_bytes % 2**30 and r.device_bytes < 100 * 2**30 for r in w.rows)   # fractional, under 100
+    assert all(re.fullmatch(r"\d+(\.\d+)? GiB", r["need"]) for r in rows)

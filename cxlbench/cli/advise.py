@@ -209,7 +209,7 @@ def advice_text(a: "Advice") -> str:
     lines = [a.headline,
              "MODELLED, not measured: training.stepmodel priced with the inputs below; per row, " + COMBINE, ""]
     fitting = [p for p in a.placements if p.fits]
-    rows = [[p.label, f"{p.device_bytes / 2**30:.0f} GiB", format_number(p.step_s), format_number(p.tokens_per_s),
+    rows = [[p.label, gib(p.device_bytes), format_number(p.step_s), format_number(p.tokens_per_s),
              _pct(p.relative), *(format_number(p.terms.get(t)) for t in TERMS)] for p in fitting]
     lines += [] if not rows else text_table(["placement", "HBM need", "step s", "tokens/s", "vs best",
                          *(f"{t} s" for t in TERMS)], rows, set(range(1, 10)))

@@ -78,14 +78,14 @@ def _published_rows() -> dict[str, Any]:
 
 def whatif_context(w: WhatIf) -> dict[str, Any]:
     maker = build.ChartMaker("w", ["hbm0", *(r.tier for r in w.rows[1:])])
-    rows = [{"label": r.label, "tier": r.tier, "need": f"{r.device_bytes / 2**30:,.0f} GiB",
+    rows = [{"label": r.label, "tier": r.tier, "need": gib(r.device_bytes),
              "fits": r.device_bytes <= w.capacity_bytes, "tokens": format_number(r.tokens_per_s),
              "share": f"{r.share * 100:.3g}%", "dpu_tokens": format_number(r.dpu_tokens_per_s),
              "dpu_share": f"{r.dpu_share * 100:.3g}%", "terms": [format_number(r.plain.terms.get(t)) for t in TERMS],
              "needs": [str(n) for n in r.needs]} for r in w.rows]
     hbm_note = "" if w.hbm.device_bytes <= w.capacity_bytes else (
-        f"All-HBM does not fit {gib(w.capacity_bytes)} a GPU (it needs {w.hbm.device_bytes / 2**30:,.0f} "
-        "GiB): it is the reference each share is taken of, as if it did.")
+        f"All-HBM does not fit {gib(w.capacity_bytes)} a GPU (it needs "
+        f"{gib(w.hbm.device_bytes)}): it is the reference each share is taken of, as if it did.")
     inputs = [{"kind": f.source.kind, "name": f.name, "value": f.shown, "detail": f.detail,
                "source": f.source.text, "where": _bare(f.source.url)} for f in w.figures()]
     return {"css": _css(), "version": __version__, "w": {"headline": w.headline, "gpus": w.cluster.gpus},

@@ -18,7 +18,7 @@ from cxlbench.analysis.advisor import (COMBINE, DATASHEET, TERMS, Advice, Advice
 from cxlbench.report import build
 from cxlbench.report.plots import Chart
 from cxlbench.results.store import Run
-from cxlbench.units import format_number
+from cxlbench.units import format_number, gib
 
 def tier_key(tier: str) -> str:
     """The run report's colour key of a placement's tier: HBM is the GPU's, hbm0."""
@@ -42,7 +42,7 @@ def advice_section(a: Advice, maker: build.ChartMaker) -> dict[str, Any]:
     rows = []
     for p in a.placements:
         rows.append({"label": p.label, "tier": p.tier, "kind": p.kind, "fits": p.fits, "verdict": p.verdict,
-                     "need": f"{p.device_bytes / 2**30:,.0f} GiB", "step": format_number(p.step_s),
+                     "need": gib(p.device_bytes), "step": format_number(p.step_s),
                      "tokens": format_number(p.tokens_per_s),
                      "relative": f"{p.relative * 100:.3g}%" if p.relative is not None else "—",
                      "terms": [format_number(p.terms.get(t)) for t in TERMS],
