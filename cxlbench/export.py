@@ -32,6 +32,7 @@ from typing import Any
 from cxlbench.analysis import drift
 from cxlbench.analysis.compare import as_run, params_text
 from cxlbench.analysis.reduction import axis_columns, point_id, repetitions
+from cxlbench.results.schema import why_none_measured
 from cxlbench.results.store import ResultsError, Run, atomic_write, measured_whole
 
 #: The pytest-benchmark file format version these files follow.
@@ -231,13 +232,9 @@ def github_action_benchmark_list(run: Run, tool: str) -> list[dict[str, Any]]:
 
 def _nothing(run: Run) -> str:
     """Why a run has no point to export: how its cases ended, and the commonest reason."""
-    from collections import Counter
     cases = [c for c in run.meta.get("cases") or [] if c.get("benchmark") != drift.NAME]
-    ended = Counter(c.get("status") for c in cases)
-    why = Counter(c.get("reason") for c in cases if c.get("status") != "ok" and c.get("reason")).most_common(1)
-    said = ", ".join(f"{n} {status}" for status, n in ended.most_common())
-    return (f"{run.meta.get('run_id')} measured no case whole ({said or 'no cases'}"
-            f"{f'; {why[0][0]}' if why else ''}): nothing to export")
+    ended = why_none_measured([(c.get("status"), c.get("reason")) for c in cases])
+    return f"{run.meta.get('run_id')} measured no case whole ({ended}): nothing to export"
 
 
 def format_data(run: Run | str | Path, fmt: str) -> Any:

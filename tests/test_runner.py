@@ -43,7 +43,7 @@ def test_a_run_in_which_every_case_failed_exits_non_zero_with_the_reason(tmp_pat
                  "--out", str(out), "--no-report"])
     said = capsys.readouterr()
     err = said.err.strip().splitlines()
-    assert code == 1 and err[-1].startswith("cxlbench: error: the run measured no case: 2 of 3 cases:")
+    assert code == 1 and err[-1].startswith("cxlbench: error: the run measured no case: 2 failed, 1 skipped; ")
     assert "run complete, nothing measured: " in said.out
     assert "the kernel refused" in err[-1]
     assert load_run(next(out.glob("*/*"))).status == "complete"        # what was recorded stays

@@ -114,7 +114,9 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
     if outcome.stored and outcome.status == "complete":
         _remove_staging(Path(outcome.path))
     if nothing:      # every case failed or was skipped: a CI job must not pass on a run that measured nothing
-        print(f"cxlbench: error: the run measured no case: {_why_none(outcome.results)}", file=sys.stderr)
+        from cxlbench.results.schema import why_none_measured
+        ended = why_none_measured([(r.status, r.reason) for r in outcome.results])
+        print(f"cxlbench: error: the run measured no case: {ended}", file=sys.stderr)
         return 1
     return 0 if outcome.status == "complete" else 130
 
@@ -122,13 +124,6 @@ def run(suite: str = "quick", declarations: list[str] = (), label: str | None = 
 def _restricted(allowed: str) -> str:
     from cxlbench.analysis.machine import restricted
     return f"warning: {restricted(allowed)}"
-
-
-def _why_none(results) -> str:
-    """The most common reason the cases gave, with how many gave it."""
-    from collections import Counter
-    (reason, n), = Counter(r.reason or r.status for r in results).most_common(1)
-    return f"{n} of {len(results)} cases: {reason}"
 
 
 def _report_writable() -> None:

@@ -120,6 +120,16 @@ def unmeasured_reason(case: dict[str, Any]) -> str:
     return f"{case.get('status')}: {case.get('reason') or ''}"
 
 
+def why_none_measured(ended: list[tuple[str, str | None]]) -> str:
+    """'3 failed, 1 skipped; <the commonest reason>' for the (status, reason) of each
+    case of a run that measured nothing whole: what `run` says as it exits 1 and what
+    `export` says as it refuses, worded alike."""
+    from collections import Counter
+    said = ", ".join(f"{n} {status}" for status, n in Counter(s for s, _ in ended).most_common())
+    why = Counter(r for s, r in ended if s != OK and r).most_common(1)
+    return f"{said or 'no cases'}{f'; {why[0][0]}' if why else ''}"
+
+
 def case_warnings(meta: dict[str, Any]) -> list[tuple[str, str]]:
     """(case_id, warning) for each warning a measured case recorded: what the case
     found that may move its figure (ECC counts that moved during it, a file on a
