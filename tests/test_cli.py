@@ -254,6 +254,8 @@ def test_an_empty_run_name_is_refused_not_read_as_the_newest_run(capsys, option)
     (["run", "--suite", "ci", "--label", "a\x01b"], "holds a control character"),    # a tab or a line end may
     (["history", "results", "--accept", "latest", "--reason", "r\udcff"], "is not UTF-8 text"),
     (["run", "--suite", "ci", "--label", "two\nlines"], "holds a control character"),
+    (["run", "--suite", "ci", "--label", "x" * 200_000], "is 200,000 characters: a label names a run"),
+    (["ab", "f.toml", "--label", "x" * 201], "is 201 characters"),
 ])
 def test_text_a_run_or_marker_keeps_is_refused_unless_it_is_utf8_without_control_characters(capsys, args, says):
     """Stored as a lone surrogate, a label broke every report, page and JSON written from
@@ -262,6 +264,7 @@ def test_text_a_run_or_marker_keeps_is_refused_unless_it_is_utf8_without_control
         main(args)
     err = capsys.readouterr().err
     assert end.value.code == 2 and says in err and len(err.strip().splitlines()) == 1
+    assert len(err) < 500                    # the text is quoted cut short, the line one a reader sees
 
 
 def test_a_terminal_without_unicode_gets_question_marks_not_a_traceback(tmp_path):

@@ -250,3 +250,18 @@ def test_a_point_of_a_run_that_did_not_complete_says_so_in_its_extra(tmp_path):
     whole = load_run(syn.write_run(tmp_path / "b", results, label="whole"))
     assert all(x["extra"].endswith("(partial)") for x in github_action_benchmark_list(cut, "customBiggerIsBetter"))
     assert not any("partial" in x["extra"] for x in github_action_benchmark_list(whole, "customBiggerIsBetter"))
+
+
+def test_export_to_a_closed_stdout_is_refused_not_written_into_nothing(tmp_path):
+    """`export -o - >&-` (a CI step whose stdout was closed) wrote the points into
+    /dev/null and exited 0: the export, the whole point of the command, was lost."""
+    import os
+    from pathlib import Path
+    run = _with_found_values(np.random.default_rng(8), "a", tmp_path)
+    cli = f"{sys.executable} -m cxlbench.cli.main export {run} -o -"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    closed = subprocess.run(["sh", "-c", f"{cli} >&-"], capture_output=True, text=True, env=env, timeout=120)
+    assert closed.returncode == 2 and "standard output, which is closed" in closed.stderr
+    assert len(closed.stderr.strip().splitlines()) == 1, closed.stderr
+    quiet = subprocess.run(["sh", "-c", f"{cli} > /dev/null"], capture_output=True, text=True, env=env, timeout=120)
+    assert quiet.returncode == 0 and quiet.stderr == ""       # the user's own /dev/null is a choice

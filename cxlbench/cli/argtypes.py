@@ -36,8 +36,18 @@ def words(text: str) -> str:
     A byte the terminal could not decode (a Latin-1 é in a UTF-8 shell) was stored as
     a lone surrogate, and every report, page and JSON file written from that run after
     it ended in a traceback; a control character or a line end broke the TOML that
-    calibrate writes with the label in a comment."""
-    return _text(text, "\t")
+    calibrate writes with the label in a comment. A label is repeated in every table
+    and chart of every page that shows the run: 200 kB of it made a 16 MB compare page."""
+    text = _text(text, "\t")
+    if len(text) > LABEL_MAX:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is {len(text):,} characters: a label names a run in "
+                                         f"every table; give at most {LABEL_MAX} (a longer story goes in "
+                                         "history --accept --reason)")
+    return text
+
+
+#: the longest label: a commit subject and a machine name with room to spare
+LABEL_MAX = 200
 
 
 def prose(text: str) -> str:
@@ -49,11 +59,16 @@ def _text(text: str, allowed: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(f"{text.encode('utf-8', 'backslashreplace').decode()!r} is not UTF-8 "
+        raise argparse.ArgumentTypeError(f"{_shown(text.encode('utf-8', 'backslashreplace').decode())} is not UTF-8 "
                                          f"text (a byte the terminal's encoding cannot read)") from None
     if any((ord(c) < 32 and c not in allowed) or ord(c) == 127 for c in text):
-        raise argparse.ArgumentTypeError(f"{text!r} holds a control character")
+        raise argparse.ArgumentTypeError(f"{_shown(text)} holds a control character")
     return text
+
+
+def _shown(text: str, most: int = 60) -> str:
+    """The text quoted for an error line, cut short: the line stays one line a reader sees."""
+    return repr(text if len(text) <= most else text[:most] + "…")
 
 
 def named(text: str) -> str:
@@ -91,6 +106,9 @@ def out_file(text: str) -> str:
     if folder and not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {folder} is a file, not a folder")
     if text == "-":                                 # standard output
+        from cxlbench.cli.streams import stdout_closed
+        if stdout_closed():
+            raise argparse.ArgumentTypeError("'-' is standard output, which is closed here: name a file")
         return text
     from cxlbench.results.store import unwritable
     cannot = unwritable(text)

@@ -84,6 +84,13 @@ def prepare_streams() -> None:
     _any_encoding(sys.stdout, sys.stderr)
 
 
+def stdout_closed() -> bool:
+    """Whether the shell closed stdout (prepare_streams put /dev/null in its place; a
+    `> /dev/null` of the user's own is named '<stdout>'): a command whose output is the
+    point (`export -o -`) refuses to write it into nothing."""
+    return getattr(sys.stdout, "name", None) == os.devnull
+
+
 class Stopped(KeyboardInterrupt):
     """SIGTERM or SIGHUP, taken the way Ctrl-C is: what finished is kept, the run marked
     partial."""
