@@ -66,6 +66,8 @@ LEFT_OUT = ("the collectives' latency and algorithm efficiency (the GPUs' exchan
             "activations offloaded to the host (they stay in HBM: "
             f"{ACTIVATION_BYTES} B × tokens × dim × layers, or with --recompute each layer's bf16 input and one "
             "layer's whole); DPU's staleness (one step) as it affects convergence; "
+            "gradients copied down one GPU at a time (DeepSpeed's ZeRO-2 offload unless round_robin_gradients "
+            "is set: each GPU's share is priced over its own link); "
             "the output logits (fp32, and their gradient), the CUDA context and allocator slack in what fits")
 
 
