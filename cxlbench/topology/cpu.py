@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .model import Cache, Cpu
-from .sysfs import numbered, parse_cpulist, parse_size, read_int, read_text
+from .sysfs import numbered, parse_size, read_cpulist, read_int, read_text
 
 CPU_DIR = "/sys/devices/system/cpu"
 
@@ -27,10 +27,7 @@ def cpuinfo_fields(root: str) -> dict[str, str]:
 
 def online_cpus(root: str) -> list[int]:
     """Online logical CPUs; falls back to the cpuN directories when `online` is absent."""
-    online = read_text(root, f"{CPU_DIR}/online")
-    if online:
-        return parse_cpulist(online, f"{CPU_DIR}/online")
-    return numbered(root, CPU_DIR, "cpu")
+    return read_cpulist(root, f"{CPU_DIR}/online") or numbered(root, CPU_DIR, "cpu")
 
 
 def core_of(root: str, cpu: int) -> tuple[int, str]:
@@ -63,7 +60,7 @@ def read_caches(root: str, cpu: int = 0) -> list[Cache]:
         caches.setdefault((level, kind), Cache(
             level=level, kind=kind, size_bytes=size,
             line_bytes=read_int(root, f"{d}/coherency_line_size") or 64,
-            shared_cpus=parse_cpulist(read_text(root, f"{d}/shared_cpu_list"), f"{d}/shared_cpu_list"),
+            shared_cpus=read_cpulist(root, f"{d}/shared_cpu_list"),
         ))
     return [caches[k] for k in sorted(caches)]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from .hmat import read_hmat
 from .hugepages import node_pools
 from .model import Node
-from .sysfs import SysfsFormatError, meminfo_bytes, numbered, parse_cpulist, read_required, read_text
+from .sysfs import (SysfsFormatError, meminfo_bytes, numbered, parse_cpulist, read_cpulist, read_required,
+                    read_text)
 
 NODE_DIR = "/sys/devices/system/node"
 TIER_DIR = "/sys/devices/virtual/memory_tiering"
@@ -12,8 +13,7 @@ TIER_DIR = "/sys/devices/virtual/memory_tiering"
 
 def node_ids(root: str) -> list[int]:
     """Online nodes; the node directories when `online` is absent (old kernels, fixtures)."""
-    online = read_text(root, f"{NODE_DIR}/online")
-    return parse_cpulist(online, f"{NODE_DIR}/online") if online else numbered(root, NODE_DIR, "node")
+    return read_cpulist(root, f"{NODE_DIR}/online") or numbered(root, NODE_DIR, "node")
 
 
 def read_distances(root: str, node: int, ids: list[int]) -> dict[int, int]:
@@ -26,8 +26,7 @@ def read_distances(root: str, node: int, ids: list[int]) -> dict[int, int]:
 
 def read_memory_tiers(root: str = "/") -> dict[int, list[int]]:
     """memory_tierN -> its nodes. Lower N is faster memory (DRAM is tier 4 by default)."""
-    return {tier: parse_cpulist(read_text(root, f"{TIER_DIR}/memory_tier{tier}/nodelist"),
-                                 f"{TIER_DIR}/memory_tier{tier}/nodelist")
+    return {tier: read_cpulist(root, f"{TIER_DIR}/memory_tier{tier}/nodelist")
             for tier in numbered(root, TIER_DIR, "memory_tier")}
 
 

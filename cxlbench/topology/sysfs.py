@@ -113,6 +113,12 @@ def parse_cpulist(text: str | None, where: str = "") -> list[int]:
     return cpus
 
 
+def read_cpulist(root: str, path: str) -> list[int]:
+    """A kernel list file ("0-3,8") read and parsed, naming the file if it is not one;
+    [] where it is absent or empty."""
+    return parse_cpulist(read_text(root, path), path)
+
+
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 

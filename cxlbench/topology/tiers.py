@@ -13,7 +13,7 @@ import shutil
 from .model import Machine, Node, Tier, TierDeclaration, Initiator
 from .block_devices import block_device_for
 from cxlbench.units import format_cpulist
-from .sysfs import parse_cpulist, read_text
+from .sysfs import read_cpulist
 
 HOST_KINDS = ("ddr", "cxl")
 DECLARABLE = HOST_KINDS + ("nvme",)
@@ -179,8 +179,7 @@ def allowed_cpus(machine: Machine, root: str = "/") -> set[int] | None:
     restriction: isolated CPUs are there to be pinned to, as before."""
     every = {c for n in machine.nodes.values() for c in n.cpus}
     mine = set(os.sched_getaffinity(0)) & every
-    isolated = set(parse_cpulist(read_text(root, "sys/devices/system/cpu/isolated") or "",
-                                      "/sys/devices/system/cpu/isolated"))
+    isolated = set(read_cpulist(root, "/sys/devices/system/cpu/isolated"))
     if not every or mine == every or (isolated and mine == every - isolated):
         return None
     machine.environment.allowed_cpus = format_cpulist(sorted(mine))
