@@ -374,6 +374,10 @@ def gate(baseline: RunLike, current: RunLike, threshold: float | str | None = No
     return result
 
 
+#: how a point whose baseline case failed is marked (its "why"), and told from one the current run lacks
+FAILED_BEFORE = "failed in the baseline"
+
+
 def _odd_pair(base: Run, cur: Run) -> list[str]:
     """What suggests the two runs were given the wrong way round or are not a pair."""
     if base.run_id == cur.run_id:       # a run against itself passes whatever it measured
@@ -395,17 +399,17 @@ def _missing_error(missing: pd.DataFrame) -> str:
     metric): those the current run lacks, and those whose baseline case failed. Told
     apart: a baseline that measured nothing had read as 'cases missing from the current
     run'."""
-    before = missing["why"].astype(str).str.startswith("failed in the baseline")
+    before = missing["why"].astype(str).str.startswith(FAILED_BEFORE)
+    why = missing.loc[before, "why"].iloc[0].removeprefix(f"{FAILED_BEFORE}: ") if before.any() else ""
     parts = []
-    for rows, what, advice in ((missing[~before], "missing from the current run", "re-run them"),
-                               (missing[before], "failed in the baseline", "gate against a baseline that "
-                                                                            "measured them")):
+    for rows, what, reason, advice in ((missing[~before], "missing from the current run", "", "re-run them"),
+                                       (missing[before], FAILED_BEFORE, why,
+                                        "gate against a baseline that measured them")):
         cases = list(dict.fromkeys(rows["point"]))
         if cases:
             more = f" and {len(cases) - 5} more" if len(cases) > 5 else ""
-            why = rows["why"].iloc[0].removeprefix("failed in the baseline: ") if advice != "re-run them" else ""
             parts.append(f"{len(cases)} case{'s' if len(cases) > 1 else ''} {what} ({', '.join(cases[:5])}{more}"
-                         f"{f'; {why}' if why else ''}): {advice}")
+                         f"{f'; {reason}' if reason else ''}): {advice}")
     return "; ".join(parts) + "; or pass --allow-missing to gate on the cases both runs measured"
 
 
@@ -435,7 +439,7 @@ def _unmatched(cmp: Comparison, base: Run, cur: Run) -> tuple[pd.DataFrame, pd.D
     was = [base_cases.get(k) or {} for k in case_key[~lost]]
     failed_before = pd.Series([c.get("status") == FAILED for c in was], index=um.index[~lost], dtype=bool)
     cut = um[~lost][failed_before].copy()
-    cut["why"] = [f"failed in the baseline: {c.get('reason') or ''}" for c in was if c.get("status") == FAILED]
+    cut["why"] = [f"{FAILED_BEFORE}: {c.get('reason') or ''}" for c in was if c.get("status") == FAILED]
     new = um[~lost][~failed_before]
     return pd.concat([missing, cut], ignore_index=True), new, both
 
