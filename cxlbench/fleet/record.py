@@ -72,7 +72,7 @@ def _parse(data: bytes, path: str) -> FleetRecord:
         raise ResultsError(f"{path} is not a fleet record ({type(e).__name__})") from None
     # every field as the dataclass declares it: a number or a null where text belongs was a
     # traceback in fleet status and fleet report, far from the file that holds it
-    wrong = [f"{name}" for name, v in _fields(record) if not isinstance(v, str)]
+    wrong = [name for name, v in _fields(record) if not isinstance(v, str)]
     wrong += [f"jobs[{i}].{name}" for i, job in enumerate(record.jobs) for name, v in _fields(job)
               if not isinstance(v, str)]
     if not isinstance(record.command, list) or not all(isinstance(c, str) for c in record.command):
